@@ -1,0 +1,106 @@
+"""Checks on concrete user input at the public entry points (DESIGN §5: clear errors, never NaN).
+
+Inside traced code (jit, vmap, NUTS) the values are tracers and these checks step aside; the log
+densities are then guarded with -inf instead (see :mod:`bayes_rbfn.linalg`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["as_float_array", "check_X", "check_y", "check_Z", "check_positive", "count_distinct_rows"]
+
+
+def _concrete(value: Any) -> bool:
+    return not isinstance(value, jax.core.Tracer)
+
+
+def as_float_array(value: Any, name: str) -> jax.Array:
+    """A floating JAX array; float32/float64 inputs keep their dtype, others take JAX's default float."""
+    if not _concrete(value):
+        return value
+    try:
+        arr = np.asarray(value)
+    except Exception as err:  # pragma: no cover - exotic objects
+        raise ValueError(f"{name}: could not convert to an array ({err})") from err
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+        raise ValueError(f"{name}: expected numbers, got an array of dtype {arr.dtype}")
+    if np.iscomplexobj(arr):
+        raise ValueError(f"{name}: complex values are not supported")
+    if arr.dtype not in (np.float32, np.float64):
+        arr = arr.astype(jnp.zeros((), dtype=float).dtype)
+    return jnp.asarray(arr)
+
+
+def _check_finite(arr: Any, name: str) -> None:
+    if _concrete(arr):
+        bad = ~np.isfinite(np.asarray(arr))
+        if bad.any():
+            raise ValueError(f"{name}: contains {int(bad.sum())} NaN or infinite value(s)")
+
+
+def check_X(X: Any, name: str = "X", dim: int | None = None) -> jax.Array:
+    """Inputs as (N, D): a 1-D array is one input dimension. Finite, N ≥ 1, D matching ``dim``."""
+    X = as_float_array(X, name)
+    if X.ndim == 1:
+        X = X[:, None]
+    if X.ndim != 2:
+        raise ValueError(f"{name}: expected shape (N,) or (N, D), got {tuple(X.shape)}")
+    if X.shape[0] < 1:
+        raise ValueError(f"{name}: needs at least one row, got shape {tuple(X.shape)}")
+    if dim is not None and X.shape[1] != dim:
+        raise ValueError(f"{name}: has {X.shape[1]} input dimension(s) but X has {dim}")
+    _check_finite(X, name)
+    return X
+
+
+def check_y(y: Any, n: int, name: str = "y") -> jax.Array:
+    """Targets as (N,), finite, matching the N rows of X."""
+    y = as_float_array(y, name)
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = y[:, 0]
+    if y.ndim != 1:
+        raise ValueError(f"{name}: expected shape (N,), got {tuple(y.shape)}")
+    if y.shape[0] != n:
+        raise ValueError(f"{name}: has {y.shape[0]} values but X has {n} rows")
+    _check_finite(y, name)
+    return y
+
+
+def count_distinct_rows(X: Any) -> int:
+    """Number of distinct rows of a concrete (N, D) array."""
+    return int(np.unique(np.asarray(X), axis=0).shape[0])
+
+
+def check_Z(Z: Any, X: jax.Array, name: str = "Z") -> jax.Array:
+    """Inducing inputs (M, D): finite, no duplicate rows, and M ≤ the number of distinct rows of X."""
+    Z = check_X(Z, name, dim=X.shape[1])
+    if _concrete(Z):
+        m = Z.shape[0]
+        distinct = count_distinct_rows(Z)
+        if distinct < m:
+            raise ValueError(f"{name}: has {m - distinct} duplicate inducing point(s); inducing inputs must be distinct")
+        if _concrete(X):
+            n_distinct = count_distinct_rows(X)
+            if m > n_distinct:
+                raise ValueError(
+                    f"{name}: {m} inducing points is more than the {n_distinct} distinct input(s) in X"
+                )
+    return Z
+
+
+def check_positive(value: Any, name: str) -> jax.Array:
+    """A finite, strictly positive scalar (e.g. the noise standard deviation)."""
+    if not _concrete(value):
+        return value
+    arr = as_float_array(value, name)
+    if arr.ndim != 0:
+        raise ValueError(f"{name}: expected a scalar, got shape {tuple(arr.shape)}")
+    v = float(arr)
+    if not np.isfinite(v) or v <= 0:
+        raise ValueError(f"{name}: must be a finite positive number, got {v!r}")
+    return arr
