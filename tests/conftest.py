@@ -1,0 +1,35 @@
+"""Shared test configuration: float64 everywhere (DESIGN §5), tolerances stated once, keyed by dtype."""
+
+import os
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+#: Relative tolerances for identities that mathematics fixes exactly, keyed by dtype.
+RTOL = {np.dtype("float64"): 1e-8, np.dtype("float32"): 2e-3}
+#: Absolute floor, relative to the scale of the compared quantity.
+ATOL = {np.dtype("float64"): 1e-10, np.dtype("float32"): 1e-4}
+
+
+def assert_close(actual, expected, dtype=np.float64, scale=None, rtol=None, atol=None):
+    """Assert ``actual ≈ expected`` with the dtype's tolerances; ``scale`` sets the absolute floor's unit."""
+    dtype = np.dtype(dtype)
+    actual = np.asarray(actual, dtype=np.float64)
+    expected = np.asarray(expected, dtype=np.float64)
+    scale = np.max(np.abs(expected)) if scale is None else scale
+    np.testing.assert_allclose(
+        actual,
+        expected,
+        rtol=RTOL[dtype] if rtol is None else rtol,
+        atol=(ATOL[dtype] if atol is None else atol) * max(float(scale), 1.0),
+    )
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(20261122)
