@@ -9,6 +9,8 @@ call ``numpyro.enable_x64()`` yourself for float64, as the CLI and the tests do.
 """
 
 from bayes_rbfn import conditional, kernels, linalg
+from bayes_rbfn.inference import fit
+from bayes_rbfn.predictive import predict
 
 __version__ = "0.1.0"
-__all__ = ["conditional", "kernels", "linalg", "__version__"]
+__all__ = ["__version__", "conditional", "fit", "kernels", "linalg", "predict"]

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["as_float_array", "check_X", "check_y", "check_Z", "check_positive", "count_distinct_rows"]
+__all__ = ["as_float_array", "check_X", "check_Z", "check_positive", "check_y", "count_distinct_rows"]
 
 
 def _concrete(value: Any) -> bool:
@@ -83,7 +83,9 @@ def check_Z(Z: Any, X: jax.Array, name: str = "Z") -> jax.Array:
         m = Z.shape[0]
         distinct = count_distinct_rows(Z)
         if distinct < m:
-            raise ValueError(f"{name}: has {m - distinct} duplicate inducing point(s); inducing inputs must be distinct")
+            raise ValueError(
+                f"{name}: has {m - distinct} duplicate inducing point(s); inducing inputs must be distinct"
+            )
         if _concrete(X):
             n_distinct = count_distinct_rows(X)
             if m > n_distinct:
@@ -103,4 +105,8 @@ def check_positive(value: Any, name: str) -> jax.Array:
     v = float(arr)
     if not np.isfinite(v) or v <= 0:
         raise ValueError(f"{name}: must be a finite positive number, got {v!r}")
+    if type(value) in (int, float):
+        # A Python number stays weakly typed, as JAX itself treats it, so that ``noise=0.1`` does not
+        # promote float32 data to float64 when x64 is enabled.
+        return jnp.asarray(v)
     return arr

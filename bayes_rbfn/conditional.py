@@ -34,25 +34,25 @@ import numpy as np
 
 from bayes_rbfn import linalg
 from bayes_rbfn._validation import check_positive, check_X, check_y, check_Z
-from bayes_rbfn.kernels import Kernel
+from bayes_rbfn.kernels import Kernel, _check_positive
 
 __all__ = [
     "Gaussian",
     "condition_gaussian",
+    "exact_factor",
     "exact_gp",
-    "sor",
-    "rbfn_weights",
+    "exact_loo",
+    "exact_predict",
+    "log_marginal_likelihood",
+    "loo_from_precision",
+    "loo_log_density",
     "nystrom_krr",
     "rbf_ridge",
-    "log_marginal_likelihood",
-    "loo_log_density",
-    "exact_factor",
-    "exact_predict",
-    "exact_loo",
+    "rbfn_weights",
+    "sor",
     "sor_factor",
     "sor_predict",
     "woodbury_loo",
-    "loo_from_precision",
 ]
 
 _LOG_2PI = float(np.log(2.0 * np.pi))
@@ -220,9 +220,31 @@ def _prepare(X: Any, y: Any, noise: Any, Z: Any = None, X_test: Any = None):
     return X, y, noise, Z, X_test
 
 
-def _check_kernel(kernel: Any) -> None:
+def _check_kernel(kernel: Any, dim: int) -> None:
+    """A Kernel whose concrete hyperparameters are positive and sized for ``dim`` input dimensions.
+
+    The constructors already check positivity, but a kernel rebuilt as a pytree (``tree_map``,
+    ``tree_unflatten``) bypasses them; a negative variance would otherwise surface as an anonymous
+    factorisation error and a mis-sized ARD lengthscale as a broadcasting ``TypeError``.
+    """
     if not isinstance(kernel, Kernel):
         raise ValueError(f"kernel: expected a bayes_rbfn.kernels.Kernel, got {type(kernel).__name__}")
+    for name in kernel.params:
+        value = getattr(kernel, name)
+        if isinstance(value, Kernel):
+            _check_kernel(value, dim)
+            continue
+        if isinstance(value, jax.core.Tracer):
+            continue
+        if name in kernel.positive:
+            _check_positive(type(kernel).__name__, name, value)
+        if name in ("lengthscale", "period"):
+            shape = np.shape(value)
+            if len(shape) > 1 or (len(shape) == 1 and shape[0] not in (1, dim)):
+                raise ValueError(
+                    f"{type(kernel).__name__}: {name} has shape {shape}; expected a scalar or one value "
+                    f"per input dimension ({dim})"
+                )
 
 
 def exact_gp(kernel: Kernel, X: Any, y: Any, noise: Any, X_test: Any, full_cov: bool = True) -> Gaussian:
@@ -235,8 +257,8 @@ def exact_gp(kernel: Kernel, X: Any, y: Any, noise: Any, X_test: Any, full_cov: 
     Returns:
         :class:`Gaussian` with ``mean`` (S,), ``var`` (S,) and ``cov`` (S, S) when ``full_cov``.
     """
-    _check_kernel(kernel)
     X, y, noise, _, X_test = _prepare(X, y, noise, X_test=X_test)
+    _check_kernel(kernel, X.shape[1])
     result = exact_predict(kernel, X, y, noise, X_test, full_cov)
     _raise_if_not_finite(result, "exact_gp")
     return result
@@ -263,8 +285,8 @@ def sor(
         noise: σ > 0. X_test: (S, D) or (S,). full_cov: also return the (S, S) covariance.
         jitter: relative jitter on K_uu (``None``: the policy of :mod:`bayes_rbfn.linalg`).
     """
-    _check_kernel(kernel)
     X, y, noise, Z, X_test = _prepare(X, y, noise, Z, X_test)
+    _check_kernel(kernel, X.shape[1])
     factor, _ = sor_factor(kernel, X, y, Z, noise, jitter)
     result = sor_predict(factor, kernel, Z, X_test, full_cov)
     _raise_if_not_finite(result, "sor")
@@ -277,8 +299,8 @@ def rbfn_weights(kernel: Kernel, X: Any, y: Any, Z: Any, noise: Any, jitter: flo
     The prior is α ~ N(0, K_uu⁻¹) and the likelihood y ~ N(K_fu α, σ²I). Returns ``mean`` (M,),
     ``cov`` (M, M) and ``var`` (M,).
     """
-    _check_kernel(kernel)
     X, y, noise, Z, _ = _prepare(X, y, noise, Z)
+    _check_kernel(kernel, X.shape[1])
     factor, _ = sor_factor(kernel, X, y, Z, noise, jitter)
     R = factor.weight_cov_factor()
     cov = R.T @ R
@@ -295,8 +317,8 @@ def nystrom_krr(
     Evaluated as written, right to left: v = (Q_ff + σ²I)⁻¹ y through the Woodbury identity, then
     K_*u K_uu⁻¹ (K_uf v). Returns the mean, shape (S,).
     """
-    _check_kernel(kernel)
     X, y, noise, Z, X_test = _prepare(X, y, noise, Z, X_test)
+    _check_kernel(kernel, X.shape[1])
     factor, Kuf = sor_factor(kernel, X, y, Z, noise, jitter)
     sigma2 = noise**2
     V = factor.weight_cov_factor() @ (Kuf / sigma2)
@@ -306,15 +328,17 @@ def nystrom_krr(
     return mean
 
 
-def rbf_ridge(kernel: Kernel, X: Any, y: Any, Z: Any, noise: Any, X_test: Any, jitter: float | None = None) -> jax.Array:
+def rbf_ridge(
+    kernel: Kernel, X: Any, y: Any, Z: Any, noise: Any, X_test: Any, jitter: float | None = None
+) -> jax.Array:
     """RBF-network ridge regression mean ``K_*u (K_uf K_fu + σ² K_uu)⁻¹ K_uf y``, eq. (3) of [3].
 
     The regularised normal equations of an RBF network with centres Z and penalty σ² αᵀK_uuα, solved
     as written with a Cholesky factor of the M×M system (K_uu carries the jitter of the policy).
     Returns the mean, shape (S,).
     """
-    _check_kernel(kernel)
     X, y, noise, Z, X_test = _prepare(X, y, noise, Z, X_test)
+    _check_kernel(kernel, X.shape[1])
     Kuu = kernel(Z, Z)
     jit_rel = linalg.default_jitter(Kuu.dtype) if jitter is None else jitter
     Kuu = Kuu + jit_rel * jnp.mean(jnp.diagonal(Kuu)) * jnp.eye(Kuu.shape[0], dtype=Kuu.dtype)
@@ -330,8 +354,8 @@ def log_marginal_likelihood(
 ) -> jax.Array:
     """log p(y): exact GP ``log N(y | 0, K_ff + σ²I)`` when Z is None (eq. (2.30) of [1]), else SoR's
     ``log N(y | 0, Q_ff + σ²I)`` in O(NM²) (eq. (17) of [2] with Λ = 0)."""
-    _check_kernel(kernel)
     X, y, noise, Z, _ = _prepare(X, y, noise, Z)
+    _check_kernel(kernel, X.shape[1])
     if Z is None:
         value = exact_log_marginal(kernel, X, y, noise)
     else:
@@ -347,8 +371,8 @@ def loo_log_density(
 
     These are what the models store as ``log_likelihood`` for PSIS-LOO (DESIGN §6; [4]).
     """
-    _check_kernel(kernel)
     X, y, noise, Z, _ = _prepare(X, y, noise, Z)
+    _check_kernel(kernel, X.shape[1])
     if Z is None:
         value = exact_loo(kernel, X, y, noise)
     else:

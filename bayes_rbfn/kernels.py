@@ -20,6 +20,7 @@ References
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import jax
@@ -27,19 +28,25 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
-    "Kernel",
-    "SquaredExponential",
+    "KERNELS",
     "Exponential",
+    "Kernel",
     "Matern32",
     "Matern52",
     "Periodic",
-    "Sum",
     "Product",
+    "SquaredExponential",
+    "Sum",
     "as_2d",
     "safe_sqrt",
     "scaled_sqdist",
-    "KERNELS",
 ]
+
+
+# Python floats, not np.float64: a NumPy scalar is strongly typed and would promote float32 inputs to
+# float64 whenever x64 is enabled.
+_SQRT3 = math.sqrt(3.0)
+_SQRT5 = math.sqrt(5.0)
 
 
 def as_2d(X: Any) -> jax.Array:
@@ -66,10 +73,13 @@ def scaled_sqdist(X1: jax.Array, X2: jax.Array, lengthscale: jax.Array) -> jax.A
 
     Computed from differences rather than ‖x‖² + ‖x'‖² − 2x·x', which loses digits to cancellation;
     under ``jit`` XLA fuses the broadcast so no (N1, N2, D) array needs to be kept.
+
+    The difference is taken *before* scaling, so coincident points give exactly r² = 0 (and a zero
+    derivative with respect to ℓ). Scaling first (x/ℓ − x'/ℓ) lets XLA round the two quotients
+    differently under ``jit``, leaving r² ~ 1e-33 on the diagonal, where √r² has a huge derivative:
+    the exponential kernel's hyperparameter gradients were then wrong by O(1) at coincident points.
     """
-    X1 = as_2d(X1) / lengthscale
-    X2 = as_2d(X2) / lengthscale
-    diff = X1[:, None, :] - X2[None, :, :]
+    diff = (as_2d(X1)[:, None, :] - as_2d(X2)[None, :, :]) / lengthscale
     return jnp.sum(diff * diff, axis=-1)
 
 
@@ -126,6 +136,9 @@ class Kernel:
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"{type(self).__name__} is immutable; use .replace({name}=...)")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable; cannot delete {name}")
 
     def replace(self, **values: Any) -> Kernel:
         """A copy with some hyperparameters replaced."""
@@ -190,7 +203,7 @@ class Matern32(Stationary):
     """Matérn 3/2 k = s² (1 + √3 r) exp(−√3 r). See eq. (4.17) in [1] of the module."""
 
     def profile(self, r2: jax.Array) -> jax.Array:
-        r = np.sqrt(3.0) * safe_sqrt(r2)
+        r = _SQRT3 * safe_sqrt(r2)
         return (1.0 + r) * jnp.exp(-r)
 
 
@@ -198,7 +211,7 @@ class Matern52(Stationary):
     """Matérn 5/2 k = s² (1 + √5 r + 5r²/3) exp(−√5 r). See eq. (4.17) in [1] of the module."""
 
     def profile(self, r2: jax.Array) -> jax.Array:
-        r = np.sqrt(5.0) * safe_sqrt(r2)
+        r = _SQRT5 * safe_sqrt(r2)
         return (1.0 + r + (5.0 / 3.0) * r2) * jnp.exp(-r)
 
 

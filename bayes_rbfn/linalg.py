@@ -16,11 +16,14 @@ so that (matrix determinant lemma and Woodbury identity)
     yᵀ C⁻¹ y = yᵀ D⁻¹ y − ‖c‖²,   c = L_B⁻¹ L_uu⁻¹ K_uf D⁻¹ y.
 
 B has every eigenvalue ≥ 1, so its Cholesky factor cannot fail however small the noise (the argument
-numpyro's ``LowRankMultivariateNormal`` makes for its capacitance matrix). Only the M×M statistics
-K_uf D⁻¹ K_fu and K_uf D⁻¹ y need a pass over the data; they are plain sums over data points, which is
-what makes the path fast (one GEMM instead of a triangular solve against all N columns) and trivially
-data-parallel (the sums shard over devices). The price is that L_uu⁻¹ is applied to an M×M product,
-so rounding grows with cond(K_uu) rather than its square root; the jitter below bounds cond(K_uu).
+numpyro's ``LowRankMultivariateNormal`` makes for its capacitance matrix). Only the M×M sums AAᵀ and
+A D^-½ y (A = L_uu⁻¹ K_uf D^-½) need a pass over the data; they are plain sums over data points, so the
+path is trivially data-parallel (the sums shard over devices). Two ways to take them:
+
+* :func:`whitened_stats` (default) solves L_uu A = K_uf D^-½ against all N columns first, so rounding
+  grows only with √cond(K_uu): the identities of DESIGN §3 hold to ~1e-12 even for close inducing inputs;
+* :func:`fast_stats` forms K_uf D⁻¹ K_fu with one GEMM and whitens the M×M result: no N-column
+  triangular solve (the floor of any exact SoR likelihood), but rounding grows with cond(K_uu).
 
 Jitter policy (DESIGN §5): a failed or ill-conditioned Cholesky of a kernel matrix is prevented by
 adding ``jitter · mean(diag K)`` to its diagonal, with ``jitter`` set by the dtype
@@ -49,14 +52,17 @@ import numpy as np
 __all__ = [
     "JITTER",
     "FactorisationError",
-    "default_jitter",
+    "Woodbury",
+    "cho_solve",
     "cholesky",
+    "default_jitter",
+    "fast_stats",
+    "finite_or_neg_inf",
+    "gaussian_logpdf_from_chol",
+    "logdet_from_chol",
     "solve_lower",
     "solve_upper",
-    "cho_solve",
-    "logdet_from_chol",
-    "finite_or_neg_inf",
-    "Woodbury",
+    "whitened_stats",
     "woodbury",
 ]
 
@@ -166,7 +172,14 @@ class Woodbury(NamedTuple):
 
 
 def woodbury(
-    Luu: jax.Array, Kuf: jax.Array, y: jax.Array, d: jax.Array, *, stats: tuple | None = None
+    Luu: jax.Array,
+    Kuf: jax.Array,
+    y: jax.Array,
+    d: jax.Array,
+    *,
+    fast: bool = False,
+    n: Any = None,
+    stats: tuple | None = None,
 ) -> Woodbury:
     """Factorise C = K_fu K_uu⁻¹ K_uf + diag(d) for the data vector y, in O(NM² + M³).
 
@@ -175,34 +188,50 @@ def woodbury(
         Kuf: (M, N) cross-covariance k(Z, X).
         y: (N,) data (already centred if the model has a mean).
         d: (N,) or scalar, the diagonal part (σ² for SoR/DTC; σ² + K_ff − Q_ff for FITC).
-        stats: optionally the precomputed sums (K_uf D⁻¹ K_fu, K_uf D⁻¹ y, yᵀ D⁻¹ y, Σ log d), e.g.
-            reduced across devices; when given, Kuf and y are not read.
+        fast: take the data sums with :func:`fast_stats` (one GEMM pass) instead of
+            :func:`whitened_stats` (a triangular solve first; better conditioned). See the module docstring.
+        n: the number of data points counted in the 2π term (default N; masked layouts pass fewer).
+        stats: precomputed whitened sums (AAᵀ, A D^-½ y, yᵀD⁻¹y, Σ log d), e.g. reduced across devices;
+            when given, Kuf and y are not read.
 
     Returns:
         A :class:`Woodbury` from which the log marginal likelihood, LOO conditionals, weight
         posterior and predictive moments follow.
     """
     if stats is None:
-        stats = woodbury_stats(Kuf, y, d)
-    KufDKfu, KufDy, yDy, logdet_d, n = stats
-    whitened_y = solve_lower(Luu, KufDy)
-    # L_uu⁻¹ (K_uf D⁻¹ K_fu) L_uu⁻ᵀ by two triangular solves on an M×M matrix.
-    AAt = solve_lower(Luu, solve_lower(Luu, KufDKfu).T).T
-    AAt = 0.5 * (AAt + AAt.T)
+        stats = (fast_stats if fast else whitened_stats)(Luu, Kuf, y, d)
+    AAt, Ay, yDy, logdet_d = stats
+    n = Kuf.shape[-1] if n is None else n
     B = AAt + jnp.eye(Luu.shape[0], dtype=AAt.dtype)
     LB = jnp.linalg.cholesky(B)
-    c = solve_lower(LB, whitened_y)
+    c = solve_lower(LB, Ay)
     logdet = logdet_d + logdet_from_chol(LB)
     quad = yDy - jnp.sum(c * c)
     return Woodbury(Luu=Luu, LB=LB, c=c, logdet=logdet, quad=quad, n=n)
 
 
-def woodbury_stats(Kuf: jax.Array, y: jax.Array, d: jax.Array) -> tuple:
-    """The data sums of :func:`woodbury`: (K_uf D⁻¹ K_fu, K_uf D⁻¹ y, yᵀ D⁻¹ y, Σ log d, N).
+def _diag_like(Kuf: jax.Array, d: jax.Array) -> jax.Array:
+    # d takes the data's dtype: a weakly typed σ² (a Python float) must not turn Σ log d into float64
+    # for float32 data (jnp.sum drops weak typing).
+    return jnp.broadcast_to(jnp.asarray(d, dtype=jnp.result_type(Kuf, d)), (Kuf.shape[-1],))
 
-    These are the only O(NM²) work; every term is a sum over data points.
+
+def whitened_stats(Luu: jax.Array, Kuf: jax.Array, y: jax.Array, d: jax.Array) -> tuple:
+    """Data sums of :func:`woodbury` through A = L_uu⁻¹ K_uf D^-½ (M, N): (AAᵀ, A D^-½ y, yᵀD⁻¹y, Σ log d).
+
+    The triangular solve against all N columns comes first, so rounding grows with √cond(K_uu)
+    (GPflow's SGPR and Titsias (2009) do the same). Every term is a sum over data points.
     """
-    n = Kuf.shape[-1]
-    d = jnp.broadcast_to(d, (n,))
+    d = _diag_like(Kuf, d)
+    root_d = jnp.sqrt(d)
+    A = solve_lower(Luu, Kuf) / root_d
+    return A @ A.T, A @ (y / root_d), jnp.sum(y * y / d), jnp.sum(jnp.log(d))
+
+
+def fast_stats(Luu: jax.Array, Kuf: jax.Array, y: jax.Array, d: jax.Array) -> tuple:
+    """Data sums of :func:`woodbury` from one GEMM pass: K_uf D⁻¹ K_fu and K_uf D⁻¹ y, whitened afterwards
+    on M×M matrices. Fastest (no N-column triangular solve), but rounding grows with cond(K_uu)."""
+    d = _diag_like(Kuf, d)
     KufD = Kuf / d
-    return KufD @ Kuf.T, KufD @ y, jnp.sum(y * y / d), jnp.sum(jnp.log(d)), n
+    AAt = solve_lower(Luu, solve_lower(Luu, KufD @ Kuf.T).T).T
+    return 0.5 * (AAt + AAt.T), solve_lower(Luu, KufD @ y), jnp.sum(y * y / d), jnp.sum(jnp.log(d))

@@ -1,0 +1,84 @@
+"""The model collection: NumPyro model functions, each paired with its analytic per-draw predictive.
+
+Installed as ``bayes_rbfn.models``. Every model is a :class:`ModelSpec` bundling
+
+* ``model(data, config)`` — the NumPyro model (the only place ``numpyro.sample`` appears),
+* ``predict(params, data, config, X_test)`` — per-draw analytic moments (f_mean, f_var) of the latent f*
+  at ``X_test`` (noise excluded), traceable so the driver can ``vmap`` it over draws,
+* ``log_likelihood(params, data, config)`` — per-observation values for PSIS-LOO: the leave-one-out
+  conditionals log p(y_i | y_−i, θ) (a GP's likelihood does not factorise; Bürkner et al. 2020).
+
+``params`` is one posterior draw as a dict {site name: value}, merged with any pinned hyperparameters.
+``data`` is a dict of arrays (``X`` (N, D), ``y`` (N,), ``Z`` (M, D) when the model has inducing inputs,
+``y_offset`` the constant prior mean). ``config`` is a :class:`ModelConfig`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpyro.distributions as dist
+
+from bayes_rbfn.families import KernelFamily
+
+
+@dataclass(frozen=True, eq=False)
+class ModelConfig:
+    """Static settings of a model: kernel family, priors, pinned values, hyperprior switch.
+
+    Hashed by identity, so it can be a static argument of ``jax.jit``: the model functions jit their
+    log densities with it, which turns NumPyro's eager model runs during initialisation into one
+    compiled call instead of dozens of op-by-op compilations.
+    """
+
+    family: KernelFamily
+    priors: Mapping[str, dist.Distribution]
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    hyperprior: bool = False
+    jitter: float | None = None
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model of the collection: NumPyro model + analytic per-draw predictive + LOO log-likelihood."""
+
+    name: str
+    model: Callable[..., None]
+    predict: Callable[..., tuple[Any, Any]]
+    log_likelihood: Callable[..., Any]
+    uses_inducing: bool
+    description: str
+    grouped: bool = False
+
+
+def _registry() -> dict[str, ModelSpec]:
+    from bayes_rbfn.models import exact, grouped, rbfn, sor
+
+    specs = [sor.SPEC, rbfn.SPEC, exact.SPEC, grouped.SPEC]
+    for optional in ("sparse_models", "blr"):
+        try:
+            module = __import__(f"bayes_rbfn.models.{optional}", fromlist=["SPECS"])
+        except ImportError:
+            continue
+        specs.extend(module.SPECS)
+    return {s.name: s for s in specs}
+
+
+def get_model(model: str | ModelSpec) -> ModelSpec:
+    """Resolve a model name or spec; unknown names raise ``ValueError`` listing the valid ones."""
+    if isinstance(model, ModelSpec):
+        return model
+    registry = _registry()
+    if isinstance(model, str) and model in registry:
+        return registry[model]
+    raise ValueError(f"model: unknown model {model!r}; choose one of {', '.join(registry)}")
+
+
+def available_models() -> dict[str, str]:
+    """Model name → one-line description."""
+    return {name: spec.description for name, spec in _registry().items()}
+
+
+__all__ = ["ModelConfig", "ModelSpec", "available_models", "get_model"]

@@ -4,9 +4,9 @@ import os
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
+import jax
+import numpy as np
+import pytest
 
 jax.config.update("jax_enable_x64", True)
 

@@ -1,0 +1,104 @@
+"""Convergence checks after a fit: r_hat, bulk/tail ESS and divergences, with a verdict in plain words.
+
+Thresholds follow Vehtari et al. (2021): r_hat < 1.01 and bulk/tail ESS of at least 100 per chain;
+any divergent transition is worth a look (Betancourt 2017).
+
+References
+----------
+[1] Vehtari, A., Gelman, A., Simpson, D., Carpenter, B. & Bürkner, P.-C. (2021). Rank-normalization,
+    folding, and localization: an improved R-hat for assessing convergence of MCMC. Bayesian Analysis.
+[2] Betancourt, M. (2017). A conceptual introduction to Hamiltonian Monte Carlo. arXiv:1701.02434.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import arviz as az
+import numpy as np
+
+__all__ = ["RHAT_MAX", "ConvergenceReport", "ConvergenceWarning", "check_convergence", "warn_if_poor"]
+
+RHAT_MAX = 1.01
+ESS_PER_CHAIN_MIN = 100
+
+
+class ConvergenceWarning(UserWarning):
+    """The sampler's diagnostics suggest the draws do not represent the posterior well."""
+
+
+@dataclass(frozen=True)
+class ConvergenceReport:
+    """Worst diagnostics over the checked variables and what to do about them."""
+
+    max_rhat: float
+    min_ess_bulk: float
+    min_ess_tail: float
+    divergences: int
+    num_draws: int
+    chains: int
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def verdict(self) -> str:
+        """One paragraph in plain words."""
+        head = (
+            f"r_hat ≤ {self.max_rhat:.3f}, bulk ESS ≥ {self.min_ess_bulk:.0f}, "
+            f"tail ESS ≥ {self.min_ess_tail:.0f}, "
+            f"{self.divergences} divergent transition(s) in {self.chains} chain(s) × {self.num_draws} draws."
+        )
+        if self.ok:
+            return head + " Verdict: the chains agree and mixed well; the summaries can be trusted."
+        return head + " Verdict: do not trust these results yet. " + " ".join(self.problems)
+
+
+def check_convergence(idata: Any, var_names: list[str] | None = None) -> ConvergenceReport:
+    """Compute the worst r_hat / ESS over ``var_names`` (default: all posterior variables) and the
+    number of divergences in ``sample_stats``."""
+    post = idata.posterior
+    names = var_names or [v for v in post.data_vars if not v.endswith("_raw") and v != "weights"]
+    names = [n for n in names if n in post.data_vars] or list(post.data_vars)
+    chains, draws = post.sizes["chain"], post.sizes["draw"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rhat = az.rhat(post, var_names=names)
+        ess_bulk = az.ess(post, var_names=names, method="bulk")
+        ess_tail = az.ess(post, var_names=names, method="tail")
+
+    def worst(ds, fn):
+        vals = np.concatenate([np.ravel(ds[v].values) for v in ds.data_vars])
+        vals = vals[np.isfinite(vals)]
+        return float(fn(vals)) if vals.size else float("nan")
+
+    max_rhat = worst(rhat, np.max) if chains > 1 else float("nan")
+    min_bulk = worst(ess_bulk, np.min)
+    min_tail = worst(ess_tail, np.min)
+    divergences = int(idata.sample_stats["diverging"].values.sum()) if "sample_stats" in idata else 0
+    problems = []
+    if chains > 1 and not (max_rhat < RHAT_MAX):
+        problems.append(
+            f"r_hat is {max_rhat:.3f} (want < {RHAT_MAX}): the chains disagree; run longer "
+            "(more --warmup and --draws) or tighten the priors."
+        )
+    need = ESS_PER_CHAIN_MIN * chains
+    if min(min_bulk, min_tail) < need:
+        problems.append(
+            f"the effective sample size is {min(min_bulk, min_tail):.0f} (want ≥ {need}): draw more samples."
+        )
+    if divergences:
+        problems.append(
+            f"{divergences} divergent transition(s): the sampler missed part of the posterior; raise "
+            "target_accept (e.g. 0.95) or reparameterise/tighten the priors."
+        )
+    return ConvergenceReport(max_rhat, min_bulk, min_tail, divergences, draws, chains, tuple(problems))
+
+
+def warn_if_poor(report: ConvergenceReport) -> None:
+    """Issue a :class:`ConvergenceWarning` that says what to do when the diagnostics are poor."""
+    if not report.ok:
+        warnings.warn(report.verdict(), ConvergenceWarning, stacklevel=3)

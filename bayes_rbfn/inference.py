@@ -1,0 +1,372 @@
+"""The NUTS driver: fit a model of the collection and return ArviZ InferenceData (DESIGN §6).
+
+:func:`fit` is a thin function: it resolves the model, kernel family, priors and inducing inputs, runs
+NumPyro's NUTS over the hyperparameters, then evaluates per draw the analytic predictive moments and the
+leave-one-out conditional log-likelihood, and packs everything into InferenceData with exactly the
+groups and names of DESIGN §6. It prints nothing (NumPyro's progress bar aside, when ``progress=True``).
+
+:func:`rebuild` turns an InferenceData written by :func:`fit` (also after a round trip through
+``inference.nc``) back into the model, data and draws, so predictions can be recomputed from the file.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import arviz as az
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+from numpyro.infer import MCMC, NUTS, init_to_median
+
+from bayes_rbfn import diagnostics
+from bayes_rbfn._validation import check_positive, check_X, check_y, check_Z
+from bayes_rbfn.families import FAMILIES, data_scales, get_family
+from bayes_rbfn.inducing import select_inducing
+from bayes_rbfn.models import ModelConfig, ModelSpec, get_model
+from bayes_rbfn.predictive import per_draw_moments
+
+__all__ = ["DEFAULT_NUM_INDUCING", "default_num_inducing", "fit", "posterior_params", "rebuild"]
+
+#: Inducing inputs chosen when neither Z nor num_inducing is given (capped by the distinct inputs).
+DEFAULT_NUM_INDUCING = 64
+
+_EXTRA_FIELDS = (
+    "diverging",
+    "potential_energy",
+    "accept_prob",
+    "num_steps",
+    "energy",
+    "adapt_state.step_size",
+)
+
+
+def default_num_inducing(X: Any) -> int:
+    """min(64, number of distinct inputs)."""
+    return int(min(DEFAULT_NUM_INDUCING, np.unique(np.asarray(X), axis=0).shape[0]))
+
+
+def _positive_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{name}: must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _resolve_priors(family, scales, priors: Mapping[str, Any] | None, fixed: Mapping[str, Any]) -> dict:
+    resolved = family.default_priors(scales)
+    for name, prior in (priors or {}).items():
+        if name not in resolved and name not in ("lengthscale_mu", "lengthscale_tau"):
+            raise ValueError(
+                f"priors: unknown hyperparameter {name!r}; this model samples {', '.join(resolved)}"
+            )
+        if not isinstance(prior, dist.Distribution):
+            raise ValueError(f"priors: the prior for {name!r} must be a numpyro distribution")
+        resolved[name] = prior
+    for name in fixed:
+        if name not in resolved:
+            raise ValueError(f"fixed: unknown hyperparameter {name!r}; choose from {', '.join(resolved)}")
+    return resolved
+
+
+def _chain_method(chains: int, requested: str | None) -> str:
+    if requested is not None:
+        return requested
+    if chains > 1 and jax.local_device_count() >= chains:
+        return "parallel"
+    return "sequential" if chains == 1 else "vectorized"
+
+
+def posterior_params(idata_or_samples: Any, fixed: Mapping[str, Any] | None = None) -> dict[str, jax.Array]:
+    """Draws as a dict {name: (chains, draws, ...)} merged with the pinned values (broadcast)."""
+    if hasattr(idata_or_samples, "posterior"):
+        post = idata_or_samples.posterior
+        samples = {k: jnp.asarray(post[k].values) for k in post.data_vars}
+    else:
+        samples = {k: jnp.asarray(v) for k, v in idata_or_samples.items()}
+    lead = next(iter(samples.values())).shape[:2] if samples else (1, 1)
+    for name, value in (fixed or {}).items():
+        if name not in samples:
+            value = jnp.asarray(value)
+            samples[name] = jnp.broadcast_to(value, (*lead, *value.shape))
+    return samples
+
+
+def _map_draws(fn: Any, params: Mapping[str, Any], per_draw_elements: int) -> np.ndarray:
+    """Evaluate ``fn(draw_params)`` for every draw, vmapped in batches of ~5e7 elements of work memory."""
+    leaves = jax.tree_util.tree_leaves(params)
+    chains, draws = leaves[0].shape[:2]
+    flat = jax.tree_util.tree_map(lambda a: a.reshape((chains * draws, *a.shape[2:])), params)
+    batch = int(max(1, min(chains * draws, 5e7 // max(per_draw_elements, 1))))
+    compiled = jax.jit(jax.vmap(fn))
+    out = [
+        np.asarray(compiled(jax.tree_util.tree_map(lambda a, s=s: a[s : s + batch], flat)))
+        for s in range(0, chains * draws, batch)
+    ]
+    result = np.concatenate(out, axis=0)
+    return result.reshape(chains, draws, *result.shape[1:])
+
+
+def fit(
+    model: str | ModelSpec,
+    X: Any,
+    y: Any,
+    *,
+    Z: Any = None,
+    num_inducing: int | None = None,
+    chains: int = 4,
+    draws: int = 1000,
+    warmup: int = 1000,
+    seed: int = 0,
+    progress: bool = True,
+    X_pred: Any = None,
+    kernel: Any = "se",
+    priors: Mapping[str, Any] | None = None,
+    fixed: Mapping[str, Any] | None = None,
+    noise: float | None = None,
+    hyperprior: bool = False,
+    y_offset: str | float = "mean",
+    group: Any = None,
+    group_pred: Any = None,
+    inducing_method: str = "kmeans",
+    target_accept: float = 0.8,
+    dense_mass: bool = False,
+    max_tree_depth: int = 10,
+    chain_method: str | None = None,
+    jitter: float | None = None,
+    check_diagnostics: bool = True,
+) -> az.InferenceData:
+    """Fit a model of the collection with NUTS and return ArviZ InferenceData (DESIGN §6).
+
+    Args:
+        model: a model name (``"sor"``, ``"rbfn"``, ``"exact"``, ``"grouped"``, …; see
+            :func:`bayes_rbfn.models.available_models`) or a :class:`~bayes_rbfn.models.ModelSpec`.
+        X: (N, D) or (N,) inputs. y: (N,) targets.
+        Z: (M, D) inducing inputs; default chosen by ``inducing_method`` with M = ``num_inducing``
+            (default min(64, distinct inputs)).
+        chains, draws, warmup: NUTS settings (positive integers). seed: PRNG seed.
+        progress: show NumPyro's progress bar.
+        X_pred: (S, D) inputs for the stored per-draw predictive moments (default X).
+        kernel: a family name (``"se"``, ``"matern32"``, ``"matern52"``, ``"exponential"``,
+            ``"periodic"``, ``"co2"``) whose hyperparameters NUTS samples, or a
+            :class:`~bayes_rbfn.kernels.Kernel` object whose hyperparameters are held fixed.
+        priors: {name: numpyro distribution} replacing default priors (see :mod:`bayes_rbfn.families`).
+        fixed: {name: value} hyperparameters pinned instead of sampled. noise: shorthand for fixed noise σ.
+        hyperprior: sample the lengthscale prior's location and scale too (hierarchical prior).
+        y_offset: constant prior mean of y: ``"mean"`` (the sample mean, default) or a number.
+        group, group_pred: (N,) and (S,) integer group codes for the grouped model.
+        target_accept, dense_mass, max_tree_depth, chain_method: NUTS/MCMC options (chains run in
+            parallel over devices when there are enough, else vectorised).
+        jitter: relative jitter on K_uu (default: the policy of :mod:`bayes_rbfn.linalg`).
+        check_diagnostics: warn (:class:`~bayes_rbfn.diagnostics.ConvergenceWarning`) on poor r_hat,
+            ESS or divergences.
+
+    Returns:
+        InferenceData with groups posterior, sample_stats, observed_data (y), constant_data (X, Z, X_pred,
+        y_offset), log_likelihood (y: LOO conditionals), predictions (f_mean, f_var).
+    """
+    spec = get_model(model)
+    X = check_X(X, "X")
+    y = check_y(y, X.shape[0])
+    chains = _positive_int(chains, "chains")
+    draws = _positive_int(draws, "draws")
+    warmup = _positive_int(warmup, "warmup")
+    family = get_family(kernel)
+    fixed = dict(fixed or {})
+    if noise is not None:
+        fixed["noise"] = check_positive(noise, "noise")
+    for name, value in fixed.items():
+        fixed[name] = jnp.asarray(check_positive(value, f"fixed[{name!r}]") if np.ndim(value) == 0 else value)
+    scales = data_scales(X, y)
+    resolved_priors = _resolve_priors(family, scales, priors, fixed)
+    config = ModelConfig(
+        family=family, priors=resolved_priors, fixed=fixed, hyperprior=hyperprior, jitter=jitter
+    )
+
+    if spec.uses_inducing:
+        if Z is None:
+            M = default_num_inducing(X) if num_inducing is None else num_inducing
+            Z = select_inducing(X, M, method=inducing_method, seed=seed, kernel=family.fixed_kernel)
+        if np.ndim(Z) == 3 and spec.grouped:
+            Z = jnp.asarray(
+                np.stack([np.asarray(check_Z(z, X, f"Z[{g}]")) for g, z in enumerate(Z)]), X.dtype
+            )
+        else:
+            Z = jnp.asarray(check_Z(Z, X), dtype=X.dtype)
+    X_pred = X if X_pred is None else check_X(X_pred, "X_pred", dim=X.shape[1])
+    if isinstance(y_offset, str):
+        if y_offset != "mean":
+            raise ValueError(f"y_offset: expected 'mean' or a number, got {y_offset!r}")
+    data, extras = _prepare(spec, X, y, Z, y_offset, group, group_pred, X_pred)
+
+    kernel_nuts = NUTS(
+        spec.model,
+        target_accept_prob=target_accept,
+        dense_mass=dense_mass,
+        max_tree_depth=max_tree_depth,
+        init_strategy=init_to_median(num_samples=15),
+    )
+    mcmc = MCMC(
+        kernel_nuts,
+        num_warmup=warmup,
+        num_samples=draws,
+        num_chains=chains,
+        chain_method=_chain_method(chains, chain_method),
+        progress_bar=progress,
+    )
+    with warnings.catch_warnings():
+        # NumPyro warns when chains > devices; the vectorised fallback is deliberate.
+        warnings.filterwarnings("ignore", message="There are not enough devices")
+        mcmc.run(jax.random.PRNGKey(seed), data, config, extra_fields=_EXTRA_FIELDS)
+    samples = mcmc.get_samples(group_by_chain=True)
+    stats = mcmc.get_extra_fields(group_by_chain=True)
+    idata = _to_inference_data(spec, config, data, extras, samples, stats, X, y, Z, X_pred)
+    if check_diagnostics:
+        diagnostics.warn_if_poor(diagnostics.check_convergence(idata))
+    return idata
+
+
+def _prepare(spec, X, y, Z, y_offset, group, group_pred, X_pred):
+    """Model data dict and the extra arrays (e.g. group codes of X_pred) for the predictive."""
+    if spec.grouped:
+        from bayes_rbfn.models import grouped
+
+        return grouped.prepare(X, y, Z, y_offset, group, group_pred, X_pred)
+    if group is not None:
+        raise ValueError(f"group: the {spec.name!r} model is not grouped; use model='grouped'")
+    offset = float(np.mean(np.asarray(y))) if isinstance(y_offset, str) else float(y_offset)
+    data = {"X": X, "y": y, "y_offset": jnp.asarray(offset, dtype=X.dtype)}
+    if Z is not None:
+        data["Z"] = Z
+    return data, {}
+
+
+def _draw_work(spec: ModelSpec, data: dict) -> int:
+    n = int(np.prod(data["y"].shape))
+    m = int(data["Z"].shape[-2]) if "Z" in data else n
+    return n * m * 4
+
+
+def _to_inference_data(spec, config, data, extras, samples, stats, X, y, Z, X_pred) -> az.InferenceData:
+    samples = {k: np.asarray(v) for k, v in samples.items()}
+    params = posterior_params(samples, config.fixed)
+    work = _draw_work(spec, data)
+
+    loglik = _map_draws(lambda p: spec.log_likelihood(p, data, config), params, work)
+    if spec.grouped:
+        loglik = loglik[..., extras["obs_index"]] if loglik.ndim == 3 else loglik
+    extra_pred = tuple(jnp.asarray(extras[k]) for k in ("group_pred",) if k in extras)
+
+    def predict_fn(p, Xb, *eb):
+        return spec.predict(p, data, config, Xb, *eb)
+
+    M = int(data["Z"].shape[-2]) if "Z" in data else X.shape[0]
+    draw_batch = int(max(1, 5e7 // max(work + 2048 * M, 1)))
+    f_mean, f_var = per_draw_moments(predict_fn, params, X_pred, extra=extra_pred, draw_batch=draw_batch)
+
+    D = X.shape[1]
+    dims: dict[str, list[str]] = {"y": ["obs"], "X": ["obs", "input_dim"], "X_pred": ["point", "input_dim"]}
+    dims.update({"f_mean": ["point"], "f_var": ["point"]})
+    posterior, post_dims = {}, {}
+    for name, value in samples.items():
+        posterior[name] = value
+        extra_dims = value.shape[2:]
+        if not extra_dims:
+            continue
+        if name in ("weights", "weights_raw"):
+            post_dims[name] = ["inducing"] if value.ndim == 3 else ["group", "inducing"]
+        elif spec.grouped and value.ndim >= 3 and value.shape[2] == extras.get("num_groups", -1):
+            post_dims[name] = ["group"] + (["input_dim"] if value.ndim == 4 else [])
+        elif value.shape[-1] == D and name.startswith(("lengthscale", "seasonal")):
+            post_dims[name] = ["input_dim"]
+    dims.update(post_dims)
+
+    constant = {"X": np.asarray(X), "X_pred": np.asarray(X_pred)}
+    if Z is not None:
+        constant["Z"] = np.asarray(Z)
+        dims["Z"] = ["inducing", "input_dim"] if np.ndim(Z) == 2 else ["group", "inducing", "input_dim"]
+    constant["y_offset"] = np.asarray(data["y_offset"])
+    if spec.grouped:
+        dims["y_offset"] = ["group"]
+        constant["obs_group"] = np.asarray(extras["group"])
+        constant["pred_group"] = np.asarray(extras["group_pred"])
+        dims["obs_group"] = ["obs"]
+        dims["pred_group"] = ["point"]
+
+    sample_stats = {
+        "diverging": np.asarray(stats["diverging"]),
+        "lp": -np.asarray(stats["potential_energy"]),
+        "acceptance_rate": np.asarray(stats["accept_prob"]),
+        "n_steps": np.asarray(stats["num_steps"]),
+        "tree_depth": np.floor(np.log2(np.maximum(np.asarray(stats["num_steps"]), 1))).astype(int),
+        "energy": np.asarray(stats["energy"]),
+        "step_size": np.asarray(stats["adapt_state.step_size"]),
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        idata = az.from_dict(
+            posterior=posterior,
+            sample_stats=sample_stats,
+            log_likelihood={"y": loglik},
+            observed_data={"y": np.asarray(y)},
+            constant_data=constant,
+            predictions={"f_mean": f_mean, "f_var": f_var},
+            dims=dims,
+        )
+    attrs = {
+        "bayes_rbfn_model": spec.name,
+        "bayes_rbfn_kernel": config.family.name,
+        "bayes_rbfn_fixed": json.dumps({k: np.asarray(v).tolist() for k, v in config.fixed.items()}),
+        "bayes_rbfn_hyperprior": int(config.hyperprior),
+        "bayes_rbfn_jitter": "" if config.jitter is None else float(config.jitter),
+    }
+    idata.posterior.attrs.update(attrs)
+    return idata
+
+
+def rebuild(idata: Any) -> tuple[ModelSpec, ModelConfig, dict, dict]:
+    """(spec, config, data, params) of a fit, from its InferenceData (in memory or from inference.nc)."""
+    attrs = idata.posterior.attrs
+    if "bayes_rbfn_model" not in attrs:
+        raise ValueError("idata: not written by bayes_rbfn.fit (no bayes_rbfn_model attribute)")
+    spec = get_model(str(attrs["bayes_rbfn_model"]))
+    kernel_name = str(attrs["bayes_rbfn_kernel"])
+    if kernel_name not in FAMILIES:
+        raise ValueError(
+            f"idata: the kernel {kernel_name!r} was a fixed kernel object; it cannot be rebuilt from the file"
+        )
+    family = FAMILIES[kernel_name]
+    fixed = {k: jnp.asarray(v) for k, v in json.loads(str(attrs.get("bayes_rbfn_fixed", "{}"))).items()}
+    jitter_attr = attrs.get("bayes_rbfn_jitter", "")
+    jitter = None if jitter_attr in ("", None) else float(jitter_attr)
+    config = ModelConfig(
+        family=family,
+        priors={},
+        fixed=fixed,
+        hyperprior=bool(attrs.get("bayes_rbfn_hyperprior", 0)),
+        jitter=jitter,
+    )
+    cd = idata.constant_data
+    X = jnp.asarray(cd["X"].values)
+    y = jnp.asarray(idata.observed_data["y"].values)
+    Z = jnp.asarray(cd["Z"].values) if "Z" in cd else None
+    if spec.grouped:
+        from bayes_rbfn.models import grouped
+
+        data, _ = grouped.prepare(
+            X,
+            y,
+            Z,
+            cd["y_offset"].values,
+            cd["obs_group"].values,
+            cd["pred_group"].values,
+            cd["X_pred"].values,
+        )
+    else:
+        data = {"X": X, "y": y, "y_offset": jnp.asarray(cd["y_offset"].values)}
+        if Z is not None:
+            data["Z"] = Z
+    return spec, config, data, posterior_params(idata, fixed)
