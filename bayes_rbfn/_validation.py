@@ -33,7 +33,10 @@ def as_float_array(value: Any, name: str) -> jax.Array:
         raise ValueError(f"{name}: complex values are not supported")
     if arr.dtype not in (np.float32, np.float64):
         arr = arr.astype(jnp.zeros((), dtype=float).dtype)
-    return jnp.asarray(arr)
+    # Concrete input stays concrete even when a public function is called inside jit (JAX otherwise
+    # stages constants), so the checks below still run on it.
+    with jax.ensure_compile_time_eval():
+        return jnp.asarray(arr)
 
 
 def _check_finite(arr: Any, name: str) -> None:
@@ -102,11 +105,12 @@ def check_positive(value: Any, name: str) -> jax.Array:
     arr = as_float_array(value, name)
     if arr.ndim != 0:
         raise ValueError(f"{name}: expected a scalar, got shape {tuple(arr.shape)}")
-    v = float(arr)
+    v = float(np.asarray(arr))
     if not np.isfinite(v) or v <= 0:
         raise ValueError(f"{name}: must be a finite positive number, got {v!r}")
     if type(value) in (int, float):
         # A Python number stays weakly typed, as JAX itself treats it, so that ``noise=0.1`` does not
         # promote float32 data to float64 when x64 is enabled.
-        return jnp.asarray(v)
+        with jax.ensure_compile_time_eval():
+            return jnp.asarray(v)
     return arr

@@ -29,6 +29,7 @@ from bayes_rbfn.families import FAMILIES, data_scales, get_family
 from bayes_rbfn.inducing import select_inducing
 from bayes_rbfn.models import ModelConfig, ModelSpec, get_model
 from bayes_rbfn.predictive import per_draw_moments
+from bayes_rbfn.runtime import single_threaded_blas
 
 __all__ = ["DEFAULT_NUM_INDUCING", "default_num_inducing", "fit", "posterior_params", "rebuild"]
 
@@ -174,7 +175,13 @@ def fit(
     chains = _positive_int(chains, "chains")
     draws = _positive_int(draws, "draws")
     warmup = _positive_int(warmup, "warmup")
-    family = get_family(kernel)
+    if spec.family is not None:
+        # The model brings its own hyperparameters (e.g. blr's α, β); a kernel choice would be ignored.
+        if not (isinstance(kernel, str) and kernel == "se"):
+            raise ValueError(f"kernel: the {spec.name!r} model has no kernel to choose (got {kernel!r})")
+        family = spec.family
+    else:
+        family = get_family(kernel)
     fixed = dict(fixed or {})
     if noise is not None:
         fixed["noise"] = check_positive(noise, "noise")
@@ -217,13 +224,13 @@ def fit(
         chain_method=_chain_method(chains, chain_method),
         progress_bar=progress,
     )
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), single_threaded_blas():
         # NumPyro warns when chains > devices; the vectorised fallback is deliberate.
         warnings.filterwarnings("ignore", message="There are not enough devices")
         mcmc.run(jax.random.PRNGKey(seed), data, config, extra_fields=_EXTRA_FIELDS)
-    samples = mcmc.get_samples(group_by_chain=True)
-    stats = mcmc.get_extra_fields(group_by_chain=True)
-    idata = _to_inference_data(spec, config, data, extras, samples, stats, X, y, Z, X_pred)
+        samples = mcmc.get_samples(group_by_chain=True)
+        stats = mcmc.get_extra_fields(group_by_chain=True)
+        idata = _to_inference_data(spec, config, data, extras, samples, stats, X, y, Z, X_pred)
     if check_diagnostics:
         diagnostics.warn_if_poor(diagnostics.check_convergence(idata))
     return idata
@@ -334,11 +341,11 @@ def rebuild(idata: Any) -> tuple[ModelSpec, ModelConfig, dict, dict]:
         raise ValueError("idata: not written by bayes_rbfn.fit (no bayes_rbfn_model attribute)")
     spec = get_model(str(attrs["bayes_rbfn_model"]))
     kernel_name = str(attrs["bayes_rbfn_kernel"])
-    if kernel_name not in FAMILIES:
+    if spec.family is None and kernel_name not in FAMILIES:
         raise ValueError(
             f"idata: the kernel {kernel_name!r} was a fixed kernel object; it cannot be rebuilt from the file"
         )
-    family = FAMILIES[kernel_name]
+    family = spec.family if spec.family is not None else FAMILIES[kernel_name]
     fixed = {k: jnp.asarray(v) for k, v in json.loads(str(attrs.get("bayes_rbfn_fixed", "{}"))).items()}
     jitter_attr = attrs.get("bayes_rbfn_jitter", "")
     jitter = None if jitter_attr in ("", None) else float(jitter_attr)
@@ -366,7 +373,8 @@ def rebuild(idata: Any) -> tuple[ModelSpec, ModelConfig, dict, dict]:
             cd["X_pred"].values,
         )
     else:
-        data = {"X": X, "y": y, "y_offset": jnp.asarray(cd["y_offset"].values)}
+        # arviz stores the scalar offset with one element
+        data = {"X": X, "y": y, "y_offset": jnp.asarray(cd["y_offset"].values).reshape(())}
         if Z is not None:
             data["Z"] = Z
     return spec, config, data, posterior_params(idata, fixed)

@@ -149,7 +149,10 @@ def predict(idata: Any, X_test: Any, *, group: Any = None, batch_size: int = DEF
     def predict_fn(p, Xb, *eb):
         return spec.predict(p, data, config, Xb, *eb)
 
-    f_mean, f_var = per_draw_moments(predict_fn, params, X_test, batch_size=batch_size, extra=extra)
+    from bayes_rbfn.runtime import single_threaded_blas
+
+    with single_threaded_blas():
+        f_mean, f_var = per_draw_moments(predict_fn, params, X_test, batch_size=batch_size, extra=extra)
     noise = params.get("noise")
     noise_draws = None
     if noise is not None and not spec.grouped:

@@ -38,6 +38,13 @@ class ModelConfig:
     fixed: Mapping[str, Any] = field(default_factory=dict)
     hyperprior: bool = False
     jitter: float | None = None
+    #: Performance settings of the streamed O(NM²) pass of the SoR family (:mod:`bayes_rbfn.parallel`):
+    #: ``fast`` takes the sums before whitening (fewer flops, ill-conditioned; off by default),
+    #: ``chunk_size`` is the number of data points per chunk (None: cache-sized), ``mesh`` a
+    #: :class:`jax.sharding.Mesh` with a ``"data"`` axis to shard the pass over its devices.
+    fast: bool = False
+    chunk_size: int | None = None
+    mesh: Any = None
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,9 @@ class ModelSpec:
     uses_inducing: bool
     description: str
     grouped: bool = False
+    #: For a model whose hyperparameters are not those of a kernel family (e.g. ``blr``'s α and β): the
+    #: family (names, default priors) that :func:`bayes_rbfn.fit` uses instead of ``kernel=``.
+    family: KernelFamily | None = None
 
 
 def _registry() -> dict[str, ModelSpec]:

@@ -1,6 +1,7 @@
 """Shared test configuration: float64 everywhere (DESIGN §5), tolerances stated once, keyed by dtype."""
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
@@ -8,7 +9,15 @@ import jax
 import numpy as np
 import pytest
 
-jax.config.update("jax_enable_x64", True)
+from bayes_rbfn import runtime  # noqa: E402
+
+runtime.enable_x64()
+runtime.limit_blas_threads()
+# A per-checkout persistent compilation cache: NUTS programs repeat across tests (same shapes), and a
+# second CI run on the same machine reuses them.
+runtime.enable_compilation_cache(
+    os.environ.get("BAYES_RBFN_TEST_CACHE", Path(__file__).parent / ".jax_cache")
+)
 
 #: Relative tolerances for identities that mathematics fixes exactly, keyed by dtype.
 RTOL = {np.dtype("float64"): 1e-8, np.dtype("float32"): 2e-3}

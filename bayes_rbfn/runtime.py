@@ -1,0 +1,87 @@
+"""Process-level JAX settings for applications (the CLI, tests, benchmarks) — never applied on import.
+
+The library itself does not touch JAX's global configuration (DESIGN §5). Programs that own their
+process call these explicitly:
+
+* :func:`enable_x64` — float64 everywhere (the CLI and the tests run in float64);
+* :func:`enable_compilation_cache` — JAX's persistent compilation cache, so a second run of the same
+  model and data shapes skips XLA compilation (NUTS compiles for ~5–15 s on 2 CPU cores);
+* :func:`limit_blas_threads` / :func:`single_threaded_blas` — one OpenBLAS thread: JAX's CPU LAPACK
+  kernels (Cholesky, triangular solves) run in SciPy's OpenBLAS, whose worker threads otherwise compete
+  with XLA's for the same cores (a 25×240 triangular solve measured 20 ms instead of 0.1 ms on 2 cores);
+* :func:`use_host_devices` — expose N CPU devices so NUTS chains run in parallel, one per core; must
+  run before JAX initialises its backend (before the first computation).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = [
+    "default_cache_dir",
+    "enable_compilation_cache",
+    "enable_x64",
+    "limit_blas_threads",
+    "single_threaded_blas",
+    "use_host_devices",
+]
+
+
+def enable_x64() -> None:
+    """Use float64 by default (``jax_enable_x64``)."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+
+
+def default_cache_dir() -> Path:
+    """``$BAYES_RBFN_CACHE_DIR``, else ``$XDG_CACHE_HOME/bayes_rbfn/jax`` (``~/.cache/bayes_rbfn/jax``)."""
+    if os.environ.get("BAYES_RBFN_CACHE_DIR"):
+        return Path(os.environ["BAYES_RBFN_CACHE_DIR"])
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return base / "bayes_rbfn" / "jax"
+
+
+def enable_compilation_cache(path: str | os.PathLike | None = None) -> Path | None:
+    """Turn on JAX's persistent compilation cache at ``path`` (default :func:`default_cache_dir`).
+
+    Set ``BAYES_RBFN_NO_CACHE=1`` to leave it off. Returns the directory used, or None.
+    """
+    if os.environ.get("BAYES_RBFN_NO_CACHE"):
+        return None
+    import jax
+
+    directory = Path(path) if path is not None else default_cache_dir()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    jax.config.update("jax_compilation_cache_dir", str(directory))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return directory
+
+
+def use_host_devices(count: int) -> None:
+    """Ask XLA for ``count`` CPU devices (``--xla_force_host_platform_device_count``).
+
+    Only effective before JAX's backend initialises; a no-op if the flag is already set.
+    """
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={int(count)}".strip()
+
+
+def single_threaded_blas():
+    """Context manager: OpenBLAS (and other BLAS pools) limited to one thread, restored on exit."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+def limit_blas_threads() -> None:
+    """Limit BLAS pools to one thread for the rest of the process (for programs that own the process)."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1, user_api="blas")

@@ -1,0 +1,168 @@
+"""The fitting API without long MCMC: inducing-point selection, bad input, predictive mixtures."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpyro.distributions as dist
+import pytest
+
+import bayes_rbfn as br
+from bayes_rbfn import predictive
+from bayes_rbfn.inducing import select_inducing
+from bayes_rbfn.kernels import SquaredExponential
+from bayes_rbfn.models import available_models
+
+# --------------------------------------------------------------------------------------------------
+# Inducing inputs
+
+
+@pytest.mark.parametrize("method", ["kmeans", "pivoted_cholesky"])
+def test_inducing_selection_is_deterministic_and_distinct(method):
+    rng = np.random.default_rng(0)
+    X = rng.uniform(size=(200, 2))
+    kernel = SquaredExponential(lengthscale=0.3)
+    Z1 = select_inducing(X, 15, method=method, seed=3, kernel=kernel)
+    Z2 = select_inducing(X, 15, method=method, seed=3, kernel=kernel)
+    np.testing.assert_array_equal(Z1, Z2)
+    assert Z1.shape == (15, 2)
+    assert np.unique(Z1, axis=0).shape[0] == 15
+
+
+def test_inducing_selection_deduplicates_repeated_inputs():
+    X = np.repeat(np.arange(5.0), 20)  # 100 points, 5 distinct
+    Z = select_inducing(X, 5)
+    np.testing.assert_array_equal(np.sort(Z[:, 0]), np.arange(5.0))
+    with pytest.raises(ValueError, match=r"num_inducing: 6 inducing points is more than the 5 distinct"):
+        select_inducing(X, 6)
+
+
+def test_pivoted_cholesky_picks_the_largest_residual_variance():
+    """Greedy selection: each new point has the largest conditional variance k(x,x) − Q(x,x) left."""
+    X = np.linspace(0, 10, 101)
+    kernel = SquaredExponential(lengthscale=1.0)
+    Z = select_inducing(X, 3, method="pivoted_cholesky", kernel=kernel)
+    for m in range(1, 3):
+        Kzz = np.asarray(kernel(Z[:m], Z[:m]))
+        Kxz = np.asarray(kernel(X, Z[:m]))
+        residual = 1.0 - np.sum(Kxz * np.linalg.solve(Kzz, Kxz.T).T, axis=1)
+        chosen = np.flatnonzero(X == Z[m, 0])[0]
+        assert residual[chosen] == pytest.approx(residual.max(), abs=1e-12)
+
+
+def test_kmeans_centres_cover_clusters():
+    rng = np.random.default_rng(1)
+    X = np.concatenate([rng.normal(0, 0.1, 100), rng.normal(5, 0.1, 100), rng.normal(10, 0.1, 100)])
+    Z = np.sort(select_inducing(X, 3, seed=0)[:, 0])
+    np.testing.assert_allclose(Z, [0, 5, 10], atol=0.1)
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True], ids=["zero", "negative", "float", "bool"])
+def test_inducing_count_must_be_positive_integer(bad):
+    with pytest.raises(ValueError, match="num_inducing"):
+        select_inducing(np.arange(10.0), bad)
+
+
+# --------------------------------------------------------------------------------------------------
+# fit(): bad input is refused before any sampling
+
+
+X = np.linspace(0, 1, 20)
+Y = np.sin(6 * X)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(model="nope"), r"model: unknown model 'nope'; choose one of .*sor"),
+        (dict(kernel="nope"), r"kernel: unknown kernel 'nope'; choose one of se"),
+        (dict(chains=0), r"chains: must be a positive integer"),
+        (dict(draws=-1), r"draws: must be a positive integer"),
+        (dict(warmup=1.5), r"warmup: must be a positive integer"),
+        (dict(num_inducing=21), r"num_inducing: 21 inducing points is more than the 20 distinct"),
+        (dict(Z=np.array([0.1, 0.1, 0.5])), r"Z: has 1 duplicate inducing point"),
+        (dict(noise=-1.0), r"noise: must be a finite positive number"),
+        (dict(priors={"wiggliness": dist.Normal(0, 1)}), r"priors: unknown hyperparameter 'wiggliness'"),
+        (dict(priors={"noise": 3.0}), r"priors: the prior for 'noise' must be a numpyro distribution"),
+        (dict(fixed={"period": 1.0}), r"fixed: unknown hyperparameter 'period'"),
+        (dict(y_offset="median"), r"y_offset: expected 'mean' or a number"),
+        (dict(group=np.zeros(20, dtype=int)), r"group: the 'sor' model is not grouped"),
+        (dict(X_pred=np.ones((3, 2))), r"X_pred: has 2 input dimension\(s\) but X has 1"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_fit_rejects_bad_arguments(kwargs, match):
+    kwargs = {"model": "sor", **kwargs}
+    model = kwargs.pop("model")
+    with pytest.raises(ValueError, match=match):
+        br.fit(model, X, Y, progress=False, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("X_bad", "y_bad", "match"),
+    [
+        (np.array([0.0, np.nan, 1.0]), np.zeros(3), r"X: contains 1 NaN or infinite"),
+        (np.arange(3.0), np.array([0.0, np.inf, 1.0]), r"y: contains 1 NaN or infinite"),
+        (np.arange(3.0), np.zeros(4), r"y: has 4 values but X has 3 rows"),
+        (np.zeros((2, 2, 2)), np.zeros(2), r"X: expected shape \(N,\) or \(N, D\)"),
+    ],
+    ids=["nan-X", "inf-y", "length-mismatch", "3d-X"],
+)
+def test_fit_rejects_bad_data(X_bad, y_bad, match):
+    with pytest.raises(ValueError, match=match):
+        br.fit("sor", X_bad, y_bad, progress=False)
+
+
+def test_grouped_fit_needs_groups():
+    with pytest.raises(ValueError, match="group: the grouped model needs a group code"):
+        br.fit("grouped", X, Y, progress=False)
+
+
+def test_model_registry_lists_core_models():
+    assert {"sor", "rbfn", "exact", "grouped"} <= set(available_models())
+
+
+# --------------------------------------------------------------------------------------------------
+# Mixture moments (law of total variance) against a direct NumPy computation
+
+
+def test_mixture_moments_law_of_total_variance():
+    rng = np.random.default_rng(2)
+    f_mean = rng.normal(size=(3, 50, 7))
+    f_var = rng.uniform(0.1, 1.0, size=(3, 50, 7))
+    noise = rng.uniform(0.1, 0.3, size=(3, 50))
+    mean, var_f, var_y = predictive.mixture_moments(f_mean, f_var, noise)
+    # direct: moments of the equal-weight Gaussian mixture from its second moment
+    m = f_mean.reshape(150, 7)
+    v = f_var.reshape(150, 7)
+    n2 = noise.reshape(150, 1) ** 2
+    np.testing.assert_allclose(mean, m.mean(0))
+    np.testing.assert_allclose(var_f, (v + m**2).mean(0) - m.mean(0) ** 2, rtol=1e-10)
+    np.testing.assert_allclose(var_y, (v + n2 + m**2).mean(0) - m.mean(0) ** 2, rtol=1e-10)
+
+
+def test_per_draw_moments_batching_is_invisible():
+    """Batching over test points and draws gives exactly the unbatched result."""
+
+    def predict_fn(p, Xb):
+        return p["a"] * Xb[:, 0], p["b"] + 0.0 * Xb[:, 0]
+
+    params = {"a": np.arange(12.0).reshape(3, 4), "b": np.ones((3, 4))}
+    Xs = np.linspace(0, 1, 11)[:, None]
+    full = predictive.per_draw_moments(predict_fn, params, Xs)
+    batched = predictive.per_draw_moments(predict_fn, params, Xs, batch_size=3, draw_batch=5)
+    np.testing.assert_array_equal(full[0], batched[0])
+    np.testing.assert_array_equal(full[1], batched[1])
+    np.testing.assert_allclose(full[0], params["a"][..., None] * Xs[:, 0])
+
+
+def test_sample_predictive_moments():
+    """Draws from the predictive have the mixture's moments (loose: 20,000 iid draws, 5 standard errors)."""
+    rng = np.random.default_rng(3)
+    f_mean = rng.normal(size=(2, 10000, 2))
+    f_var = np.full((2, 10000, 2), 0.25)
+    pred = predictive.Predictive(f_mean, f_var, *predictive.mixture_moments(f_mean, f_var)[:2], var_y=None)
+    draws = predictive.sample_predictive(pred, seed=4)
+    assert draws.shape == (20000, 2)
+    se = np.sqrt(pred.var / 20000)
+    assert np.all(np.abs(draws.mean(0) - pred.mean) < 5 * se)
+    assert np.all(np.abs(draws.var(0) / pred.var - 1) < 5 * np.sqrt(2 / 20000))

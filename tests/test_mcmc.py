@@ -1,0 +1,371 @@
+"""MCMC against analytic moments: NUTS results agree with the conditional-Gaussian formulas (issue 3).
+
+Every comparison is in units of Monte-Carlo standard error computed from ArviZ's ESS (never the raw
+draw count), at the stated multiple ``K_MCSE``; seeds are fixed. The analytic side is the dense NumPy
+reference of tests/reference.py, not the library.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import arviz as az
+import numpy as np
+import pytest
+import reference as ref
+
+import bayes_rbfn as br
+from bayes_rbfn.kernels import SquaredExponential
+
+#: Allowed deviation in Monte-Carlo standard errors.
+K_MCSE = 4.0
+JITTER = 1e-8  # the float64 jitter policy (bayes_rbfn.linalg.JITTER), applied explicitly in references
+
+X_TEST = np.array([-1.0, 0.5, 2.5, 4.5, 6.0, 9.0])  # inside the data and well outside it (x ∈ [0, 5])
+
+
+def _data(n=40, seed=3):
+    rng = np.random.default_rng(seed)
+    X = np.sort(rng.uniform(0.0, 5.0, n))
+    y = np.sin(2.0 * X) + 0.5 * X / 5 + 0.2 * rng.standard_normal(n)
+    return X, y
+
+
+Z8 = np.linspace(0.2, 4.8, 8)
+
+
+def mcse_mean(series: np.ndarray) -> float:
+    """MCSE of the mean of a (chain, draw) series: sd / sqrt(ESS_bulk)."""
+    series = np.asarray(series, dtype=float)
+    ess = float(az.ess(series, method="mean"))
+    return float(np.std(series) / np.sqrt(ess))
+
+
+def assert_within_mcse(estimate_series: np.ndarray, truth: float, what: str):
+    estimate = float(np.mean(estimate_series))
+    se = mcse_mean(estimate_series)
+    assert abs(estimate - truth) <= K_MCSE * se + 1e-12, (
+        f"{what}: MC estimate {estimate:.6g} vs analytic {truth:.6g} differ by "
+        f"{abs(estimate - truth) / max(se, 1e-300):.2f} MCSE (allowed {K_MCSE})"
+    )
+
+
+def assert_converged(idata, var_names=None):
+    report = br.diagnostics.check_convergence(idata, var_names)
+    assert report.max_rhat < 1.01, report.verdict()
+    assert report.divergences == 0, report.verdict()
+
+
+def _fit(*args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", br.diagnostics.ConvergenceWarning)
+        return br.fit(*args, progress=False, **kwargs)
+
+
+# --------------------------------------------------------------------------------------------------
+# The card's test: hyperparameters fixed, NUTS on the RBFN weights alone
+
+
+@pytest.fixture(scope="module")
+def weights_only_fit():
+    X, y = _data()
+    kernel = SquaredExponential(lengthscale=0.8, variance=1.0)
+    idata = _fit(
+        "rbfn",
+        X,
+        y,
+        Z=Z8,
+        kernel=kernel,
+        noise=0.2,
+        y_offset=0.0,
+        chains=2,
+        draws=2000,
+        warmup=500,
+        seed=1,
+        X_pred=X_TEST,
+    )
+    spec = {"kind": "se", "lengthscale": 0.8, "variance": 1.0}
+    Kfu, Ksu = ref.gram(spec, X, Z8), ref.gram(spec, X_TEST, Z8)
+    Kuu = ref.jittered(ref.gram(spec, Z8), JITTER)
+    mean, cov = ref.sor_function_space(Kfu, Kuu, Ksu, y, 0.2)
+    return idata, mean, cov
+
+
+def test_weights_only_fit_converged(weights_only_fit):
+    idata, _, _ = weights_only_fit
+    assert set(idata.posterior.data_vars) == {"weights_raw", "weights"}
+    assert_converged(idata, ["weights_raw"])
+
+
+@pytest.mark.parametrize("point", range(len(X_TEST)), ids=[f"x={x:g}" for x in X_TEST])
+def test_rbfn_weight_draws_match_sor_mean(weights_only_fit, point):
+    """Sample mean of f* = K_*u α over NUTS draws of α equals the SoR predictive mean (DESIGN §3.2)."""
+    idata, mean, _ = weights_only_fit
+    f = idata.predictions["f_mean"].values[..., point]
+    assert_within_mcse(f, mean[point], f"E[f*] at x={X_TEST[point]}")
+
+
+PAIRS = [(i, j) for i in range(len(X_TEST)) for j in range(i, len(X_TEST))]
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=[f"x={X_TEST[i]:g},x'={X_TEST[j]:g}" for i, j in PAIRS])
+def test_rbfn_weight_draws_match_sor_covariance(weights_only_fit, pair):
+    """Sample covariance of f* (centred at the analytic mean) equals the SoR predictive covariance."""
+    idata, mean, cov = weights_only_fit
+    i, j = pair
+    f = idata.predictions["f_mean"].values
+    products = (f[..., i] - mean[i]) * (f[..., j] - mean[j])
+    assert_within_mcse(products, cov[i, j], f"Cov[f*] at ({X_TEST[i]}, {X_TEST[j]})")
+
+
+def test_rbfn_stored_variance_is_zero_given_weights(weights_only_fit):
+    """Given (θ, α) the latent is known: rbfn stores f_var = 0 and its spread lives in the draws."""
+    idata, _, _ = weights_only_fit
+    assert np.all(idata.predictions["f_var"].values == 0.0)
+
+
+# --------------------------------------------------------------------------------------------------
+# Full model: sor (α marginalised) and rbfn (α sampled) have the same hyperparameter posterior
+
+
+@pytest.fixture(scope="module")
+def full_fits():
+    X, y = _data()
+    common = dict(Z=Z8, chains=2, draws=1000, warmup=700, X_pred=X_TEST)
+    sor = _fit("sor", X, y, seed=2, **common)
+    # the weight-space posterior has the harder geometry (M more dimensions coupled to ℓ and s²)
+    rbfn = _fit("rbfn", X, y, seed=3, target_accept=0.95, **{**common, "warmup": 1000})
+    return X, y, sor, rbfn
+
+
+def test_full_fits_converged(full_fits):
+    _, _, sor, rbfn = full_fits
+    assert_converged(sor, ["lengthscale", "variance", "noise"])
+    assert_converged(rbfn, ["lengthscale", "variance", "noise"])
+
+
+@pytest.mark.parametrize("name", ["lengthscale", "variance", "noise"])
+def test_sor_and_rbfn_hyperparameter_posteriors_agree(full_fits, name):
+    """E[log θ | y] agrees between the marginalised and the weight-space model within 4 combined MCSE."""
+    _, _, sor, rbfn = full_fits
+    a = np.log(sor.posterior[name].values)
+    b = np.log(rbfn.posterior[name].values)
+    combined = np.hypot(mcse_mean(a), mcse_mean(b))
+    assert abs(a.mean() - b.mean()) <= K_MCSE * combined, (name, a.mean(), b.mean(), combined)
+
+
+@pytest.mark.parametrize("point", range(len(X_TEST)), ids=[f"x={x:g}" for x in X_TEST])
+def test_rao_blackwellised_sor_matches_rbfn_draws(full_fits, point):
+    """The sor mixture (mean of f_mean; mean of f_var + variance of f_mean) matches the sample moments
+    of rbfn's f* = c + K_*u α draws."""
+    _, _, sor, rbfn = full_fits
+    m_sor = sor.predictions["f_mean"].values[..., point]
+    v_sor = sor.predictions["f_var"].values[..., point]
+    f_rbfn = rbfn.predictions["f_mean"].values[..., point]
+    combined = np.hypot(mcse_mean(m_sor), mcse_mean(f_rbfn))
+    assert abs(m_sor.mean() - f_rbfn.mean()) <= K_MCSE * combined
+    centre = 0.5 * (m_sor.mean() + f_rbfn.mean())
+    var_sor_series = v_sor + (m_sor - centre) ** 2
+    var_rbfn_series = (f_rbfn - centre) ** 2
+    combined_v = np.hypot(mcse_mean(var_sor_series), mcse_mean(var_rbfn_series))
+    assert abs(var_sor_series.mean() - var_rbfn_series.mean()) <= K_MCSE * combined_v
+
+
+def _draw_kernel_spec(idata, c, d):
+    post = idata.posterior
+    return {
+        "kind": "se",
+        "lengthscale": float(post["lengthscale"].values[c, d]),
+        "variance": float(post["variance"].values[c, d]),
+    }
+
+
+@pytest.mark.parametrize("draw", [(0, 0), (1, 517), (0, 999)], ids=["c0d0", "c1d517", "c0d999"])
+def test_sor_log_likelihood_is_brute_force_loo(full_fits, draw):
+    """Stored log_likelihood = log p(y_i | y_−i, θ) from N dense refits under Q_ff + σ²I."""
+    X, y, sor, _ = full_fits
+    c, d = draw
+    spec = _draw_kernel_spec(sor, c, d)
+    noise = float(sor.posterior["noise"].values[c, d])
+    offset = sor.constant_data["y_offset"].values.item()
+    C = ref.sor_covariance(ref.gram(spec, X, Z8), ref.jittered(ref.gram(spec, Z8), JITTER), noise)
+    expected = ref.loo_refit(C, y - offset)
+    np.testing.assert_allclose(sor.log_likelihood["y"].values[c, d], expected, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("draw", [(0, 3), (1, 811)], ids=["c0d3", "c1d811"])
+def test_sor_stored_predictions_are_the_analytic_conditional(full_fits, draw):
+    """Stored per-draw f_mean/f_var equal the dense SoR conditional (plus the constant mean)."""
+    X, y, sor, _ = full_fits
+    c, d = draw
+    spec = _draw_kernel_spec(sor, c, d)
+    noise = float(sor.posterior["noise"].values[c, d])
+    offset = sor.constant_data["y_offset"].values.item()
+    Kuu = ref.jittered(ref.gram(spec, Z8), JITTER)
+    mean, cov = ref.sor_function_space(
+        ref.gram(spec, X, Z8), Kuu, ref.gram(spec, X_TEST, Z8), y - offset, noise
+    )
+    np.testing.assert_allclose(sor.predictions["f_mean"].values[c, d], mean + offset, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(sor.predictions["f_var"].values[c, d], np.diag(cov), rtol=1e-7, atol=1e-10)
+
+
+def test_inference_data_contract(full_fits):
+    """Exactly the groups and names of DESIGN §6; az.loo works on the stored LOO conditionals."""
+    X, y, sor, _ = full_fits
+    assert set(sor.groups()) == {
+        "posterior",
+        "sample_stats",
+        "observed_data",
+        "constant_data",
+        "log_likelihood",
+        "predictions",
+    }
+    assert {"lengthscale", "variance", "noise"} <= set(sor.posterior.data_vars)
+    assert set(sor.predictions.data_vars) == {"f_mean", "f_var"}
+    assert sor.predictions["f_mean"].dims == ("chain", "draw", "point")
+    assert {"X", "Z", "X_pred"} <= set(sor.constant_data.data_vars)
+    assert sor.log_likelihood["y"].shape == (2, 1000, len(y))
+    np.testing.assert_array_equal(sor.observed_data["y"].values, y)
+    np.testing.assert_array_equal(sor.constant_data["Z"].values[:, 0], Z8)
+    assert "diverging" in sor.sample_stats
+    loo = az.loo(sor)
+    assert np.isfinite(loo.elpd_loo)
+
+
+def test_predict_from_file_equals_stored_predictions(full_fits, tmp_path):
+    """Round trip through inference.nc; predict() at X_pred reproduces the stored per-draw moments, and
+    its mixture moments follow the law of total variance."""
+    _, _, sor, _ = full_fits
+    path = tmp_path / "inference.nc"
+    sor.to_netcdf(str(path))
+    loaded = az.from_netcdf(str(path))
+    pred = br.predict(loaded, X_TEST, batch_size=4)
+    np.testing.assert_allclose(pred.f_mean, sor.predictions["f_mean"].values, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(pred.f_var, sor.predictions["f_var"].values, rtol=1e-10, atol=1e-12)
+    m = sor.predictions["f_mean"].values.reshape(-1, len(X_TEST))
+    v = sor.predictions["f_var"].values.reshape(-1, len(X_TEST))
+    noise2 = sor.posterior["noise"].values.reshape(-1, 1) ** 2
+    np.testing.assert_allclose(pred.mean, m.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(pred.var, v.mean(0) + m.var(0), rtol=1e-12)
+    np.testing.assert_allclose(pred.var_y, (v + noise2).mean(0) + m.var(0), rtol=1e-12)
+
+
+# --------------------------------------------------------------------------------------------------
+# Exact GP reference model
+
+
+@pytest.fixture(scope="module")
+def exact_fit():
+    X, y = _data(n=30, seed=5)
+    return X, y, _fit("exact", X, y, chains=2, draws=500, warmup=500, seed=4, X_pred=X_TEST)
+
+
+def test_exact_fit_converged(exact_fit):
+    assert_converged(exact_fit[2], ["lengthscale", "variance", "noise"])
+
+
+@pytest.mark.parametrize("draw", [(0, 0), (1, 250)], ids=["c0d0", "c1d250"])
+def test_exact_stored_loo_and_predictions_match_dense_reference(exact_fit, draw):
+    X, y, idata = exact_fit
+    c, d = draw
+    spec = _draw_kernel_spec(idata, c, d)
+    noise = float(idata.posterior["noise"].values[c, d])
+    offset = idata.constant_data["y_offset"].values.item()
+    C = ref.gram(spec, X) + noise**2 * np.eye(len(X))
+    np.testing.assert_allclose(
+        idata.log_likelihood["y"].values[c, d], ref.loo_refit(C, y - offset), rtol=1e-8, atol=1e-10
+    )
+    mean, cov = ref.exact_predict(
+        ref.gram(spec, X), ref.gram(spec, X, X_TEST), ref.gram(spec, X_TEST), y - offset, noise
+    )
+    np.testing.assert_allclose(idata.predictions["f_mean"].values[c, d], mean + offset, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(idata.predictions["f_var"].values[c, d], np.diag(cov), rtol=1e-7, atol=1e-10)
+
+
+# --------------------------------------------------------------------------------------------------
+# Hierarchical priors
+
+
+def test_hyperprior_on_ard_lengthscales():
+    """Sense (a): log ℓ_d = μ + τ z_d with μ, τ sampled; ARD lengthscales get an input_dim axis."""
+    rng = np.random.default_rng(7)
+    X = rng.uniform(0, 3, size=(40, 2))
+    y = np.sin(2 * X[:, 0]) + 0.3 * X[:, 1] + 0.1 * rng.standard_normal(40)
+    idata = _fit("sor", X, y, num_inducing=10, hyperprior=True, chains=2, draws=400, warmup=400, seed=5)
+    post = idata.posterior
+    assert {"lengthscale_mu", "lengthscale_tau", "lengthscale_z", "lengthscale"} <= set(post.data_vars)
+    assert post["lengthscale"].dims == ("chain", "draw", "input_dim")
+    np.testing.assert_allclose(
+        post["lengthscale"].values,
+        np.exp(
+            post["lengthscale_mu"].values[..., None]
+            + post["lengthscale_tau"].values[..., None] * post["lengthscale_z"].values
+        ),
+        rtol=1e-12,
+    )
+    assert_converged(idata, ["lengthscale", "variance", "noise"])
+
+
+def _simulate_groups(seed=11):
+    """G groups of unequal size from exact GPs whose log-lengthscales come from N(log 1.5, 0.25²)."""
+    rng = np.random.default_rng(seed)
+    sizes = [30, 45, 35, 50, 40, 38]
+    true_ls = np.exp(np.log(1.5) + 0.25 * rng.standard_normal(len(sizes)))
+    Xs, ys, gs = [], [], []
+    for g, (n, ls) in enumerate(zip(sizes, true_ls, strict=True)):
+        x = np.sort(rng.uniform(0, 10, n))
+        K = ref.gram({"kind": "se", "lengthscale": ls, "variance": 1.0}, x) + 1e-10 * np.eye(n)
+        f = np.linalg.cholesky(K) @ rng.standard_normal(n)
+        Xs.append(x)
+        ys.append(f + 0.1 * rng.standard_normal(n))
+        gs.append(np.full(n, g))
+    return np.concatenate(Xs), np.concatenate(ys), np.concatenate(gs), true_ls
+
+
+@pytest.fixture(scope="module")
+def grouped_fit():
+    X, y, group, true_ls = _simulate_groups()
+    Z = np.linspace(0, 10, 25)
+    idata = _fit(
+        "grouped", X, y, group=group, Z=Z, chains=2, draws=600, warmup=600, seed=6, target_accept=0.9
+    )
+    return X, y, group, true_ls, idata
+
+
+def test_grouped_model_converged(grouped_fit):
+    assert_converged(grouped_fit[4], ["lengthscale", "noise", "lengthscale_mu"])
+
+
+def test_grouped_model_recovers_group_and_population_parameters(grouped_fit):
+    """Each group's true lengthscale and noise (0.1), and the population location log 1.5, lie in the
+    central 99% posterior intervals."""
+    _, _, _, true_ls, idata = grouped_fit
+    post = idata.posterior
+    ls = post["lengthscale"].values.reshape(-1, len(true_ls))
+    lo, hi = np.quantile(ls, [0.005, 0.995], axis=0)
+    assert np.all((lo <= true_ls) & (true_ls <= hi)), (lo, true_ls, hi)
+    noise = post["noise"].values.reshape(-1, len(true_ls))
+    lo, hi = np.quantile(noise, [0.005, 0.995], axis=0)
+    assert np.all((lo <= 0.1) & (0.1 <= hi)), (lo, hi)
+    mu = post["lengthscale_mu"].values.ravel()
+    assert np.quantile(mu, 0.005) <= np.log(1.5) <= np.quantile(mu, 0.995)
+
+
+def test_grouped_log_likelihood_is_per_group_brute_force_loo(grouped_fit):
+    """Stored LOO values (original observation order) equal dense per-group refits for one draw."""
+    X, y, group, _, idata = grouped_fit
+    post = idata.posterior
+    Z = idata.constant_data["Z"].values[:, 0]
+    offsets = idata.constant_data["y_offset"].values
+    c, d = 1, 123
+    stored = idata.log_likelihood["y"].values[c, d]
+    for g in range(len(offsets)):
+        idx = np.flatnonzero(group == g)
+        spec = {
+            "kind": "se",
+            "lengthscale": float(post["lengthscale"].values[c, d, g]),
+            "variance": float(post["variance"].values[c, d, g]),
+        }
+        noise = float(post["noise"].values[c, d, g])
+        C = ref.sor_covariance(ref.gram(spec, X[idx], Z), ref.jittered(ref.gram(spec, Z), JITTER), noise)
+        np.testing.assert_allclose(stored[idx], ref.loo_refit(C, y[idx] - offsets[g]), rtol=1e-8, atol=1e-10)
