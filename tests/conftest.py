@@ -5,11 +5,10 @@ from pathlib import Path
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-import jax
 import numpy as np
 import pytest
 
-from bayes_rbfn import runtime  # noqa: E402
+from bayes_rbfn import runtime
 
 runtime.enable_x64()
 runtime.limit_blas_threads()

@@ -211,7 +211,7 @@ def test_sor_stored_predictions_are_the_analytic_conditional(full_fits, draw):
 
 def test_inference_data_contract(full_fits):
     """Exactly the groups and names of DESIGN §6; az.loo works on the stored LOO conditionals."""
-    X, y, sor, _ = full_fits
+    _, y, sor, _ = full_fits
     assert set(sor.groups()) == {
         "posterior",
         "sample_stats",
