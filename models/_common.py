@@ -6,7 +6,7 @@ hyperparameters. Two hierarchical options:
 * ``fixed={name: value}`` pins any hyperparameter (e.g. ``{"noise": 0.1}``) instead of sampling it;
 * ``hyperprior=True`` puts a hyperprior on the lengthscale prior: ``log ℓ_d = μ + τ z_d`` with
   ``μ ~ N(log ℓ̂, 1)`` (ℓ̂ the default prior's median, pooled across input dimensions),
-  ``τ ~ HalfNormal(1)`` and ``z_d ~ N(0, 1)`` (non-centred), so the D lengthscales of an ARD kernel
+  ``τ ~ HalfNormal(0.5)`` and ``z_d ~ N(0, 1)`` (non-centred), so the D lengthscales of an ARD kernel
   borrow strength from each other.
 """
 
@@ -50,7 +50,7 @@ def sample_hyperparameters(
             prior = priors[name]
             shape = prior.event_shape
             mu = numpyro.sample("lengthscale_mu", dist.Normal(jnp.log(jnp.mean(_median(prior))), 1.0))
-            tau = numpyro.sample("lengthscale_tau", dist.HalfNormal(1.0))
+            tau = numpyro.sample("lengthscale_tau", dist.HalfNormal(0.5))
             z = numpyro.sample("lengthscale_z", dist.Normal(jnp.zeros(shape), 1.0).to_event(len(shape)))
             values[name] = numpyro.deterministic(name, jnp.exp(mu + tau * z))
         else:

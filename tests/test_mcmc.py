@@ -19,6 +19,8 @@ from bayes_rbfn.kernels import SquaredExponential
 
 #: Allowed deviation in Monte-Carlo standard errors.
 K_MCSE = 4.0
+#: Allowed distance of a true parameter from its posterior mean, in posterior standard deviations.
+Z_MAX = 3.5
 JITTER = 1e-8  # the float64 jitter policy (bayes_rbfn.linalg.JITTER), applied explicitly in references
 
 X_TEST = np.array([-1.0, 0.5, 2.5, 4.5, 6.0, 9.0])  # inside the data and well outside it (x ∈ [0, 5])
@@ -291,7 +293,18 @@ def test_hyperprior_on_ard_lengthscales():
     rng = np.random.default_rng(7)
     X = rng.uniform(0, 3, size=(40, 2))
     y = np.sin(2 * X[:, 0]) + 0.3 * X[:, 1] + 0.1 * rng.standard_normal(40)
-    idata = _fit("sor", X, y, num_inducing=10, hyperprior=True, chains=2, draws=400, warmup=400, seed=5)
+    idata = _fit(
+        "sor",
+        X,
+        y,
+        num_inducing=10,
+        hyperprior=True,
+        chains=2,
+        draws=500,
+        warmup=500,
+        seed=5,
+        target_accept=0.95,
+    )
     post = idata.posterior
     assert {"lengthscale_mu", "lengthscale_tau", "lengthscale_z", "lengthscale"} <= set(post.data_vars)
     assert post["lengthscale"].dims == ("chain", "draw", "input_dim")
@@ -327,7 +340,7 @@ def grouped_fit():
     X, y, group, true_ls = _simulate_groups()
     Z = np.linspace(0, 10, 25)
     idata = _fit(
-        "grouped", X, y, group=group, Z=Z, chains=2, draws=600, warmup=600, seed=6, target_accept=0.9
+        "grouped", X, y, group=group, Z=Z, chains=2, draws=800, warmup=800, seed=6, target_accept=0.9
     )
     return X, y, group, true_ls, idata
 
@@ -337,18 +350,19 @@ def test_grouped_model_converged(grouped_fit):
 
 
 def test_grouped_model_recovers_group_and_population_parameters(grouped_fit):
-    """Each group's true lengthscale and noise (0.1), and the population location log 1.5, lie in the
-    central 99% posterior intervals."""
+    """Each group's true log-lengthscale and noise (0.1), and the population location log 1.5, lie within
+    Z_MAX posterior standard deviations of the posterior mean (13 checks; a calibrated posterior misses
+    one with probability ≈ 13 · 4.7e-4 ≈ 0.6%)."""
     _, _, _, true_ls, idata = grouped_fit
     post = idata.posterior
-    ls = post["lengthscale"].values.reshape(-1, len(true_ls))
-    lo, hi = np.quantile(ls, [0.005, 0.995], axis=0)
-    assert np.all((lo <= true_ls) & (true_ls <= hi)), (lo, true_ls, hi)
-    noise = post["noise"].values.reshape(-1, len(true_ls))
-    lo, hi = np.quantile(noise, [0.005, 0.995], axis=0)
-    assert np.all((lo <= 0.1) & (0.1 <= hi)), (lo, hi)
-    mu = post["lengthscale_mu"].values.ravel()
-    assert np.quantile(mu, 0.005) <= np.log(1.5) <= np.quantile(mu, 0.995)
+
+    def z_scores(draws, truth):
+        draws = draws.reshape(-1, *np.shape(truth))
+        return (draws.mean(0) - truth) / draws.std(0)
+
+    assert np.all(np.abs(z_scores(np.log(post["lengthscale"].values), np.log(true_ls))) < Z_MAX)
+    assert np.all(np.abs(z_scores(np.log(post["noise"].values), np.full(len(true_ls), np.log(0.1)))) < Z_MAX)
+    assert abs(z_scores(post["lengthscale_mu"].values, np.log(1.5))) < Z_MAX
 
 
 def test_grouped_log_likelihood_is_per_group_brute_force_loo(grouped_fit):
