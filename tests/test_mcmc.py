@@ -303,7 +303,7 @@ def test_hyperprior_on_ard_lengthscales():
         draws=500,
         warmup=500,
         seed=5,
-        target_accept=0.95,
+        target_accept=0.99,
     )
     post = idata.posterior
     assert {"lengthscale_mu", "lengthscale_tau", "lengthscale_z", "lengthscale"} <= set(post.data_vars)
