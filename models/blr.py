@@ -1,0 +1,207 @@
+"""``blr`` — Bishop's Bayesian linear regression with Gaussian basis functions, evidence marginalised.
+
+The model of Bishop (2006) §3.3 and §3.5 with the centres of its Gaussian basis functions at the inducing
+inputs Z that :func:`bayes_rbfn.fit` chooses (``num_inducing=M``):
+
+    φ_j(x) = exp(−½ Σ_d (x_d − z_jd)² / s_d²)                  (Bishop (3.4)), j = 1..M
+    w ~ N(0, α⁻¹ I),   t = y − c ~ N(Φ w, β⁻¹ I)                 (Bishop (3.52), (3.10))
+
+NUTS samples only the weight precision α and the noise precision β; the weights are marginalised
+analytically, so the log density is the evidence ``ln p(t | α, β) = ln N(t | 0, ΦΦᵀ/α + I/β)`` (Bishop
+(3.86), :func:`bayes_rbfn.blr.log_evidence`, O(NM² + M³)). Per draw:
+
+* predictive (``predict``): Bishop (3.58)–(3.59) for the latent y(x, w) = wᵀφ(x), i.e. mean
+  ``m_Nᵀ φ(x) + c`` and variance ``φ(x)ᵀ S_N φ(x)`` *without* the 1/β term (DESIGN §6 stores the latent f);
+* log-likelihood (``log_likelihood``): the leave-one-out conditionals ``ln p(t_i | t_−i, α, β)`` of
+  ``t ~ N(0, ΦΦᵀ/α + I/β)`` (Bürkner et al. 2020). That covariance is ``Q + D`` with the low-rank part
+  ``Q = Φ (αI)⁻¹ Φᵀ`` — the Nyström form ``K_fu K_uu⁻¹ K_uf`` with ``K_fu = Φ`` and ``K_uu = αI``
+  (``L_uu = √α I``) — and ``D = I/β``, so it goes through the project's one Woodbury path
+  (:func:`bayes_rbfn.linalg.woodbury`, :func:`bayes_rbfn.conditional.woodbury_loo`) in O(NM²), with no
+  N×N matrix.
+
+Posterior variables: ``alpha``, ``beta`` and the deterministic ``noise`` = 1/√β, the noise standard
+deviation of DESIGN §2, so the generic predictive (y* bands) and diagnostics find it under its usual name.
+
+Choices (documented, as the issue asks):
+
+* **Basis width — fixed, not sampled.** ``s_d = WIDTH_FACTOR × Δ_d`` with ``Δ_d`` the spacing of a regular
+  grid of M points spanning the centres' bounding box in dimension d, ``Δ_d = range_d(Z) / (M^{1/D} − 1)``
+  (in 1-D the mean gap between sorted centres), and ``WIDTH_FACTOR = 1``. The basis is then fixed by Z, as
+  in Bishop, where only α and β are hyperparameters; with one bump per spacing the sum of neighbouring
+  bumps is smooth (no ripples between centres) and neighbouring weights are not confounded. The width is
+  recomputed from Z wherever the model is evaluated, so a fit rebuilt from ``inference.nc`` gives the same
+  basis. The smoothness of the fit is set by M: more centres mean narrower bumps (compare M by their
+  evidence or with ``az.loo``).
+* **Priors (weakly informative, adapted to the data scale).** In the interior of a regular grid of
+  Gaussian bumps with ``s = f Δ``, ``Σ_j φ_j(x)² ≈ (f √π)^D =: κ`` (a Riemann sum for
+  ``∫ exp(−u²/s²) du / Δ``), so the prior signal variance of f(x) is ``κ/α``. The prior on α makes that
+  signal variance LogNormal(log var(y), 1), the ``variance`` prior of the kernel families:
+  ``α ~ LogNormal(log κ − 2 log sd(y), 1)``. The prior on β makes the noise σ = β^{-1/2}
+  LogNormal(log(0.2 sd(y)), 1), the ``noise`` prior of every other model: ``β ~ LogNormal(−2 log(0.2
+  sd(y)), 2)``. Both can be replaced with ``priors={"alpha": ..., "beta": ...}`` and pinned with
+  ``fixed={"alpha": ..., "beta": ...}``.
+
+The hyperparameters are not a kernel family, so the model carries its own
+:class:`~bayes_rbfn.families.KernelFamily` (:data:`FAMILY`, ``params = ("alpha", "beta")``), which
+:func:`bayes_rbfn.fit` uses instead of ``kernel=``.
+
+References
+----------
+[1] Bishop, C. M. (2006). *Pattern Recognition and Machine Learning*. Springer. §3.1 (eq. (3.4)), §3.3
+    (eqs. (3.52)–(3.59)), §3.5 (eq. (3.86)).
+[2] Bürkner, P.-C., Gabry, J. & Vehtari, A. (2020). Efficient leave-one-out cross-validation for Bayesian
+    non-factorized normal and Student-t models. Computational Statistics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+
+from bayes_rbfn import blr, conditional, linalg
+from bayes_rbfn.families import DataScales, KernelFamily
+from bayes_rbfn.models import ModelConfig, ModelSpec
+
+__all__ = ["FAMILY", "SPEC", "SPECS", "WIDTH_FACTOR", "basis_width", "design_matrix"]
+
+#: Width of every Gaussian basis function in units of the centre spacing (see the module docstring).
+WIDTH_FACTOR = 1.0
+
+_PARAMS = ("alpha", "beta")
+
+
+# --------------------------------------------------------------------------------------------------
+# Basis
+
+
+def basis_width(Z: jax.Array) -> jax.Array:
+    """Per-dimension width ``s_d = WIDTH_FACTOR · range_d(Z) / (M^{1/D} − 1)``, shape (D,).
+
+    A dimension in which all centres coincide (or M = 1) falls back to its full range (or 1), so the
+    width is always positive. Traceable.
+    """
+    M, D = Z.shape
+    per_axis = max(M ** (1.0 / D) - 1.0, 1.0)
+    extent = jnp.max(Z, axis=0) - jnp.min(Z, axis=0)
+    spacing = jnp.where(extent > 0, extent / per_axis, 1.0)
+    return WIDTH_FACTOR * spacing
+
+
+def design_matrix(X: jax.Array, Z: jax.Array) -> jax.Array:
+    """Φ (N, M): Gaussian basis functions centred at Z with :func:`basis_width`, Bishop (3.4), no bias.
+
+    The per-dimension widths are applied by scaling the coordinates, so that
+    :func:`bayes_rbfn.blr.gaussian_basis` sees a unit width.
+    """
+    width = basis_width(Z)
+    return blr.gaussian_basis(X / width, Z / width, 1.0)
+
+
+# --------------------------------------------------------------------------------------------------
+# Hyperparameters: the model's own "family" (fit() uses it instead of a kernel family)
+
+
+def _priors(s: DataScales) -> dict[str, dist.Distribution]:
+    kappa = (WIDTH_FACTOR * np.sqrt(np.pi)) ** s.input_dim
+    return {
+        "alpha": dist.LogNormal(float(np.log(kappa) - 2.0 * np.log(s.y_sd)), 1.0),
+        "beta": dist.LogNormal(float(-2.0 * np.log(0.2 * s.y_sd)), 2.0),
+    }
+
+
+def _no_kernel(params):
+    raise ValueError("the blr model has Gaussian basis functions centred at Z, not a kernel")
+
+
+@dataclass(frozen=True)
+class _BLRFamily(KernelFamily):
+    """α and β with their data-scaled priors; unlike a kernel family, no separate ``noise`` prior."""
+
+    def default_priors(self, scales: DataScales) -> dict[str, dist.Distribution]:
+        return self.priors(scales)
+
+
+#: The hyperparameters of the blr model (used by :func:`bayes_rbfn.fit` in place of ``kernel=``).
+FAMILY = _BLRFamily(
+    name="blr",
+    params=_PARAMS,
+    build=_no_kernel,
+    priors=_priors,
+    description="Bishop BLR: Gaussian basis functions at Z, weight precision α and noise precision β",
+)
+
+
+def _hyperparameters(config: ModelConfig) -> dict[str, jax.Array]:
+    values = {}
+    for name in _PARAMS:
+        if name in config.fixed:
+            values[name] = jnp.asarray(config.fixed[name])
+        else:
+            values[name] = numpyro.sample(name, config.priors[name])
+    return values
+
+
+# --------------------------------------------------------------------------------------------------
+# Model, log density, predictive, LOO
+
+
+def model(data: dict, config: ModelConfig) -> None:
+    """NumPyro model: α, β ~ priors; noise = 1/√β (deterministic); factor ln p(t | α, β), Bishop (3.86)."""
+    if config.hyperprior:
+        raise ValueError("hyperprior: the blr model has no lengthscale to put a hyperprior on")
+    values = _hyperparameters(config)
+    numpyro.deterministic("noise", 1.0 / jnp.sqrt(values["beta"]))
+    if data.get("y") is None:
+        return
+    numpyro.factor("y", log_density(values, data, config))
+
+
+@partial(jax.jit, static_argnames="config")
+def log_density(params: dict, data: dict, config: ModelConfig) -> jax.Array:
+    """The evidence ``ln N(y − c | 0, ΦΦᵀ/α + I/β)``, Bishop (3.86), O(NM² + M³); -inf on failure."""
+    Phi = design_matrix(data["X"], data["Z"])
+    t = data["y"] - data["y_offset"]
+    return linalg.finite_or_neg_inf(blr.log_evidence(Phi, t, params["alpha"], params["beta"]))
+
+
+def predict(params: dict, data: dict, config: ModelConfig, X_test):
+    """Per-draw moments of the latent y(x, w) at X_test, Bishop (3.58)–(3.59) without 1/β: ((S,), (S,))."""
+    Phi = design_matrix(data["X"], data["Z"])
+    post = blr.posterior(Phi, data["y"] - data["y_offset"], params["alpha"], params["beta"])
+    moments = blr.predictive(
+        design_matrix(X_test, data["Z"]), post, params["beta"], full_cov=False, include_noise=False
+    )
+    return moments.mean + data["y_offset"], moments.var
+
+
+def log_likelihood(params: dict, data: dict, config: ModelConfig) -> jax.Array:
+    """LOO conditionals ``ln p(t_i | t_−i, α, β)`` of t ~ N(0, ΦΦᵀ/α + I/β), shape (N,), in O(NM²).
+
+    ``ΦΦᵀ/α = K_fu K_uu⁻¹ K_uf`` with ``K_fu = Φ``, ``L_uu = √α I``, so the covariance is factorised by
+    :func:`bayes_rbfn.linalg.woodbury` with ``d = 1/β`` (see the module docstring).
+    """
+    Phi = design_matrix(data["X"], data["Z"])
+    t = data["y"] - data["y_offset"]
+    alpha, beta = params["alpha"], params["beta"]
+    Luu = jnp.sqrt(alpha) * jnp.eye(Phi.shape[1], dtype=Phi.dtype)
+    factor = linalg.woodbury(Luu, Phi.T, t, 1.0 / beta)
+    return conditional.woodbury_loo(factor, Phi.T, t, 1.0 / beta)
+
+
+SPEC = ModelSpec(
+    name="blr",
+    model=model,
+    predict=predict,
+    log_likelihood=log_likelihood,
+    uses_inducing=True,
+    description="Bishop BLR: Gaussian basis functions at Z, α and β sampled, weights marginalised (evidence)",
+    family=FAMILY,
+)
+
+SPECS = [SPEC]
