@@ -8,9 +8,39 @@ Importing the package does not change JAX's global configuration (in particular 
 call ``numpyro.enable_x64()`` yourself for float64, as the CLI and the tests do.
 """
 
-from bayes_rbfn import conditional, kernels, linalg
-from bayes_rbfn.inference import fit
-from bayes_rbfn.predictive import predict
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 __all__ = ["__version__", "conditional", "fit", "kernels", "linalg", "predict"]
+
+if TYPE_CHECKING:
+    from bayes_rbfn import conditional, kernels, linalg
+    from bayes_rbfn.inference import fit
+    from bayes_rbfn.predictive import predict
+
+# Imported on first use (PEP 562), so that ``import bayes_rbfn.cli`` does not load JAX: the command line
+# sets its process options (XLA's log level, the host device count) before JAX starts.
+_LAZY = {
+    "conditional": ("bayes_rbfn.conditional", None),
+    "kernels": ("bayes_rbfn.kernels", None),
+    "linalg": ("bayes_rbfn.linalg", None),
+    "fit": ("bayes_rbfn.inference", "fit"),
+    "predict": ("bayes_rbfn.predictive", "predict"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'bayes_rbfn' has no attribute {name!r}")
+    module_name, attribute = _LAZY[name]
+    module = importlib.import_module(module_name)
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -15,9 +15,15 @@ Default priors (all log-normal, so NUTS works on the log scale; replace any of t
 * ``period`` (periodic family): LogNormal(log(range / 4), 1).
 
 The ``co2`` family is the classic trend-plus-seasonality kernel of Rasmussen & Williams (2006, §5.4.3) cut
-to two components, with the period fixed at one unit of the input (a year when X is in years):
+to three components, with the period fixed at one unit of the input (a year when X is in years):
 
-    k = s² SE(ℓ) + s_seas² Periodic(ℓ_per, p = 1) · SE(ℓ_decay).
+    k = s² SE(ℓ) + s_med² SE(ℓ_med) + s_seas² Periodic(ℓ_per, p = 1) · SE(ℓ_decay).
+
+The medium-term component (R&W use a rational quadratic) takes the year-to-year irregularities; without
+it the data pull the trend's lengthscale down to ~1.5 years (even under a tight prior), and the forecast
+past the end of the data falls back to the mean within a few years. Its priors keep the two SE
+components apart (trend: around the span of the record; medium term: around one input unit), so they
+cannot swap roles between chains.
 
 References
 ----------
@@ -115,17 +121,21 @@ def _periodic_priors(s: DataScales) -> dict[str, dist.Distribution]:
 
 def _co2_build(p: Mapping[str, Any]) -> K.Kernel:
     trend = K.SquaredExponential(lengthscale=p["lengthscale"], variance=p["variance"])
+    medium = K.SquaredExponential(lengthscale=p["medium_lengthscale"], variance=p["medium_variance"])
     seasonal = K.Periodic(lengthscale=p["seasonal_lengthscale"], variance=p["seasonal_variance"], period=1.0)
     decay = K.SquaredExponential(lengthscale=p["seasonal_decay"], variance=1.0)
-    return trend + seasonal * decay
+    return trend + medium + seasonal * decay
 
 
 def _co2_priors(s: DataScales) -> dict[str, dist.Distribution]:
     span = float(np.mean(s.input_range))
     return {
-        # the trend varies over a good part of the record
-        "lengthscale": dist.LogNormal(float(np.log(span / 2)), 0.75),
+        # the trend varies over the whole record (median: the span; 95%: ~0.4 to ~2.7 spans)
+        "lengthscale": dist.LogNormal(float(np.log(span)), 0.5),
         "variance": dist.LogNormal(float(np.log(s.y_sd**2)), 1.5),
+        # medium-term irregularities over about one input unit (a year), a few % of the spread of y
+        "medium_lengthscale": dist.LogNormal(0.0, 0.5),
+        "medium_variance": dist.LogNormal(float(np.log((0.05 * s.y_sd) ** 2)), 1.5),
         # the seasonal amplitude is a small part of the total spread
         "seasonal_variance": dist.LogNormal(float(np.log((0.1 * s.y_sd) ** 2)), 1.5),
         "seasonal_lengthscale": dist.LogNormal(0.0, 0.5),
@@ -147,10 +157,18 @@ FAMILIES: dict[str, KernelFamily] = {
     ),
     "co2": KernelFamily(
         name="co2",
-        params=("lengthscale", "variance", "seasonal_variance", "seasonal_lengthscale", "seasonal_decay"),
+        params=(
+            "lengthscale",
+            "variance",
+            "medium_lengthscale",
+            "medium_variance",
+            "seasonal_variance",
+            "seasonal_lengthscale",
+            "seasonal_decay",
+        ),
         build=_co2_build,
         priors=_co2_priors,
-        description="trend + yearly seasonality: SE + Periodic(period 1)·SE, for inputs in years",
+        description="long trend + medium term + yearly seasonality (SE + SE + Periodic·SE), X in years",
     ),
 }
 

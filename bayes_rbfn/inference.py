@@ -11,6 +11,8 @@ groups and names of DESIGN §6. It prints nothing (NumPyro's progress bar aside,
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import warnings
 from collections.abc import Mapping
@@ -28,7 +30,7 @@ from bayes_rbfn._validation import check_positive, check_X, check_y, check_Z
 from bayes_rbfn.families import FAMILIES, data_scales, get_family
 from bayes_rbfn.inducing import select_inducing
 from bayes_rbfn.models import ModelConfig, ModelSpec, get_model
-from bayes_rbfn.predictive import per_draw_moments
+from bayes_rbfn.predictive import DEFAULT_BATCH, per_draw_moments, streamed_batches
 from bayes_rbfn.runtime import single_threaded_blas
 
 __all__ = ["DEFAULT_NUM_INDUCING", "default_num_inducing", "fit", "posterior_params", "rebuild"]
@@ -96,17 +98,28 @@ def posterior_params(idata_or_samples: Any, fixed: Mapping[str, Any] | None = No
     return samples
 
 
-def _map_draws(fn: Any, params: Mapping[str, Any], per_draw_elements: int) -> np.ndarray:
-    """Evaluate ``fn(draw_params)`` for every draw, vmapped in batches of ~5e7 elements of work memory."""
+def _map_draws(fn: Any, params: Mapping[str, Any], per_draw_elements: int, data: Any = None) -> np.ndarray:
+    """Evaluate ``fn(draw_params, data)`` for every draw, vmapped in batches of ~5e7 elements of work memory.
+
+    ``data`` is an argument of the compiled function, not a constant folded into it: compiling does not grow
+    with N and a refit on data of the same shapes reuses the program. The last batch is padded to full
+    size (one compiled shape).
+    """
     leaves = jax.tree_util.tree_leaves(params)
     chains, draws = leaves[0].shape[:2]
-    flat = jax.tree_util.tree_map(lambda a: a.reshape((chains * draws, *a.shape[2:])), params)
-    batch = int(max(1, min(chains * draws, 5e7 // max(per_draw_elements, 1))))
-    compiled = jax.jit(jax.vmap(fn))
-    out = [
-        np.asarray(compiled(jax.tree_util.tree_map(lambda a, s=s: a[s : s + batch], flat)))
-        for s in range(0, chains * draws, batch)
-    ]
+    total = chains * draws
+    flat = jax.tree_util.tree_map(lambda a: a.reshape((total, *a.shape[2:])), params)
+    batch = int(max(1, min(total, 5e7 // max(per_draw_elements, 1))))
+    compiled = jax.jit(jax.vmap(fn, in_axes=(0, None)))
+    out = []
+    for s in range(0, total, batch):
+        part = jax.tree_util.tree_map(lambda a, s=s: a[s : s + batch], flat)
+        k = min(batch, total - s)
+        if k < batch:
+            part = jax.tree_util.tree_map(
+                lambda a, k=k: jnp.concatenate([a, jnp.repeat(a[-1:], batch - k, 0)]), part
+            )
+        out.append(np.asarray(compiled(part, data))[:k])
     result = np.concatenate(out, axis=0)
     return result.reshape(chains, draws, *result.shape[1:])
 
@@ -139,6 +152,8 @@ def fit(
     chain_method: str | None = None,
     jitter: float | None = None,
     check_diagnostics: bool = True,
+    shard: Any = False,
+    log_likelihood: bool = True,
 ) -> az.InferenceData:
     """Fit a model of the collection with NUTS and return ArviZ InferenceData (DESIGN §6).
 
@@ -164,6 +179,12 @@ def fit(
         jitter: relative jitter on K_uu (default: the policy of :mod:`bayes_rbfn.linalg`).
         check_diagnostics: warn (:class:`~bayes_rbfn.diagnostics.ConvergenceWarning`) on poor r_hat,
             ESS or divergences.
+        shard: data parallelism for the ``sor`` and ``rbfn`` models' O(NM²) pass: ``True`` shards the data
+            over every JAX device (:func:`bayes_rbfn.parallel.data_mesh`), or pass a
+            :class:`jax.sharding.Mesh` with a ``"data"`` axis. Chains then run one after the other, each
+            using all devices (chains in parallel, one per device, is the default without ``shard``).
+        log_likelihood: store the pointwise LOO conditionals (N values per draw; turn off for very large
+            N, where they take N × draws × 8 bytes).
 
     Returns:
         InferenceData with groups posterior, sample_stats, observed_data (y), constant_data (X, Z, X_pred,
@@ -189,8 +210,9 @@ def fit(
         fixed[name] = jnp.asarray(check_positive(value, f"fixed[{name!r}]") if np.ndim(value) == 0 else value)
     scales = data_scales(X, y)
     resolved_priors = _resolve_priors(family, scales, priors, fixed)
+    mesh = _data_mesh(shard, spec, chains, chain_method)
     config = ModelConfig(
-        family=family, priors=resolved_priors, fixed=fixed, hyperprior=hyperprior, jitter=jitter
+        family=family, priors=resolved_priors, fixed=fixed, hyperprior=hyperprior, jitter=jitter, mesh=mesh
     )
 
     if spec.uses_inducing:
@@ -208,9 +230,19 @@ def fit(
         if y_offset != "mean":
             raise ValueError(f"y_offset: expected 'mean' or a number, got {y_offset!r}")
     data, extras = _prepare(spec, X, y, Z, y_offset, group, group_pred, X_pred)
+    if mesh is not None:
+        from bayes_rbfn.parallel import shard_data
+
+        data = shard_data(data, mesh)
+        chain_method = chain_method or "sequential"
+
+    def bound_model(data: dict, prior_values: dict) -> None:
+        # The priors' parameters (which depend on the data's scales) are arguments too, so that data of
+        # the same shapes give the same compiled program.
+        spec.model(data, dataclasses.replace(config, priors=_with_values(config.priors, prior_values)))
 
     kernel_nuts = NUTS(
-        spec.model,
+        bound_model,
         target_accept_prob=target_accept,
         dense_mass=dense_mass,
         max_tree_depth=max_tree_depth,
@@ -223,17 +255,74 @@ def fit(
         num_chains=chains,
         chain_method=_chain_method(chains, chain_method),
         progress_bar=progress,
+        # The data are arguments of the compiled sampler, not constants folded into it: compiling does
+        # not grow with N, and a refit on data of the same shapes reuses the compiled program (from
+        # JAX's persistent compilation cache, see bayes_rbfn.runtime.enable_compilation_cache).
+        jit_model_args=True,
     )
     with warnings.catch_warnings(), single_threaded_blas():
         # NumPyro warns when chains > devices; the vectorised fallback is deliberate.
         warnings.filterwarnings("ignore", message="There are not enough devices")
-        mcmc.run(jax.random.PRNGKey(seed), data, config, extra_fields=_EXTRA_FIELDS)
+        mcmc.run(jax.random.PRNGKey(seed), data, _numeric_values(config.priors), extra_fields=_EXTRA_FIELDS)
         samples = mcmc.get_samples(group_by_chain=True)
         stats = mcmc.get_extra_fields(group_by_chain=True)
-        idata = _to_inference_data(spec, config, data, extras, samples, stats, X, y, Z, X_pred)
+        idata = _to_inference_data(
+            spec, config, data, extras, samples, stats, X, y, Z, X_pred, log_likelihood=log_likelihood
+        )
     if check_diagnostics:
         diagnostics.warn_if_poor(diagnostics.check_convergence(idata))
     return idata
+
+
+def _numeric_values(tree: Any) -> Any:
+    """The numeric parameters of (a dict of) numpyro distributions as nested dicts keyed by field name.
+
+    Not the distributions' own pytree flattening: numpyro gathers their fields in a set, whose order (and
+    so the compiled program and its persistent-cache key) changes from one Python process to the next.
+    """
+    if isinstance(tree, dict):
+        return {k: _numeric_values(v) for k, v in tree.items()}
+    if isinstance(tree, dist.Distribution):
+        fields = sorted(type(tree).gather_pytree_data_fields())
+        values = {f: _numeric_values(tree.__dict__.get(f)) for f in fields}
+        return {f: v for f, v in values.items() if v is not None}
+    if isinstance(tree, float | int | np.ndarray | jax.Array) and not isinstance(tree, bool):
+        return tree
+    return None
+
+
+def _with_values(tree: Any, values: Any) -> Any:
+    """``tree`` (as in :func:`_numeric_values`) with its numeric parameters replaced by ``values``."""
+    if isinstance(tree, dict):
+        return {k: _with_values(v, values[k]) for k, v in tree.items()}
+    if isinstance(tree, dist.Distribution):
+        new = copy.copy(tree)
+        for f, v in values.items():
+            new.__dict__[f] = _with_values(tree.__dict__[f], v)
+        return new
+    return values
+
+
+def _data_mesh(shard: Any, spec: ModelSpec, chains: int, chain_method: str | None) -> Any:
+    """The mesh of ``fit(shard=...)``, or None."""
+    if shard is None or shard is False:
+        return None
+    if spec.name not in _SHARDED_MODELS:
+        raise ValueError(
+            f"shard: the {spec.name!r} model does not shard its data; use one of {', '.join(_SHARDED_MODELS)}"
+        )
+    if chain_method == "parallel":
+        raise ValueError("shard: chains cannot also run in parallel over the devices the data use")
+    from bayes_rbfn.parallel import DATA_AXIS, data_mesh
+
+    mesh = data_mesh() if shard is True else shard
+    if DATA_AXIS not in getattr(mesh, "axis_names", ()):
+        raise ValueError(f"shard: expected True or a jax.sharding.Mesh with a {DATA_AXIS!r} axis")
+    return mesh
+
+
+#: Models whose O(NM²) pass runs through bayes_rbfn.parallel and so can shard their data.
+_SHARDED_MODELS = ("sor",)
 
 
 def _prepare(spec, X, y, Z, y_offset, group, group_pred, X_pred):
@@ -257,22 +346,33 @@ def _draw_work(spec: ModelSpec, data: dict) -> int:
     return n * m * 4
 
 
-def _to_inference_data(spec, config, data, extras, samples, stats, X, y, Z, X_pred) -> az.InferenceData:
+def _to_inference_data(
+    spec, config, data, extras, samples, stats, X, y, Z, X_pred, log_likelihood: bool = True
+) -> az.InferenceData:
     samples = {k: np.asarray(v) for k, v in samples.items()}
     params = posterior_params(samples, config.fixed)
     work = _draw_work(spec, data)
 
-    loglik = _map_draws(lambda p: spec.log_likelihood(p, data, config), params, work)
-    if spec.grouped:
-        loglik = loglik[..., extras["obs_index"]] if loglik.ndim == 3 else loglik
+    loglik = None
+    if log_likelihood:
+        loglik = _map_draws(lambda p, d: spec.log_likelihood(p, d, config), params, work, data)
+        if spec.grouped:
+            loglik = loglik[..., extras["obs_index"]] if loglik.ndim == 3 else loglik
     extra_pred = tuple(jnp.asarray(extras[k]) for k in ("group_pred",) if k in extras)
 
-    def predict_fn(p, Xb, *eb):
+    def predict_fn(p, Xb, *eb, data=data):
         return spec.predict(p, data, config, Xb, *eb)
 
     M = int(data["Z"].shape[-2]) if "Z" in data else X.shape[0]
-    draw_batch = int(max(1, 5e7 // max(work + 2048 * M, 1)))
-    f_mean, f_var = per_draw_moments(predict_fn, params, X_pred, extra=extra_pred, draw_batch=draw_batch)
+    if spec.predict_streams:
+        # predict streams over its test points: all of them in one call, so the O(NM²) factor is
+        # computed once per draw, with as many draws per call as the memory budget allows.
+        batch_size, draw_batch = streamed_batches(X_pred.shape[0], M)
+    else:
+        batch_size, draw_batch = DEFAULT_BATCH, int(max(1, 5e7 // max(work + 2048 * M, 1)))
+    f_mean, f_var = per_draw_moments(
+        predict_fn, params, X_pred, extra=extra_pred, draw_batch=draw_batch, batch_size=batch_size, data=data
+    )
 
     D = X.shape[1]
     dims: dict[str, list[str]] = {"y": ["obs"], "X": ["obs", "input_dim"], "X_pred": ["point", "input_dim"]}
@@ -317,7 +417,7 @@ def _to_inference_data(spec, config, data, extras, samples, stats, X, y, Z, X_pr
         idata = az.from_dict(
             posterior=posterior,
             sample_stats=sample_stats,
-            log_likelihood={"y": loglik},
+            log_likelihood=None if loglik is None else {"y": loglik},
             observed_data={"y": np.asarray(y)},
             constant_data=constant,
             predictions={"f_mean": f_mean, "f_var": f_var},

@@ -25,6 +25,10 @@ path is trivially data-parallel (the sums shard over devices). Two ways to take 
 * :func:`fast_stats` forms K_uf D⁻¹ K_fu with one GEMM and whitens the M×M result: no N-column
   triangular solve (the floor of any exact SoR likelihood), but rounding grows with cond(K_uu).
 
+:mod:`bayes_rbfn.parallel` takes the same sums without forming K_uf — streamed over cache-sized chunks,
+whitened by a product with L_uu⁻¹, with a hand-written reverse pass, sharded over devices — and passes them
+here through ``stats=``; the ``sor`` model uses it.
+
 Jitter policy (DESIGN §5): a failed or ill-conditioned Cholesky of a kernel matrix is prevented by
 adding ``jitter · mean(diag K)`` to its diagonal, with ``jitter`` set by the dtype
 (:data:`JITTER`). Pass ``jitter=0.0`` to factorise the matrix as it is.

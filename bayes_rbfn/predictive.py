@@ -21,10 +21,34 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["Predictive", "mixture_moments", "per_draw_moments", "predict", "sample_predictive"]
+__all__ = [
+    "Predictive",
+    "mixture_moments",
+    "mixture_quantiles",
+    "per_draw_moments",
+    "predict",
+    "sample_predictive",
+]
 
 #: Test points per batch when evaluating per-draw moments.
 DEFAULT_BATCH = 2048
+
+#: Working memory (bytes) of one call of a streaming model's per-draw predictive (see
+#: :func:`streamed_batches`); the per-draw outputs themselves (2 × draws × S × 8 bytes) come on top.
+STREAM_BUDGET = 1 << 28
+
+
+def streamed_batches(S: int, M: int, budget: int = STREAM_BUDGET) -> tuple[int, int]:
+    """(test points per call, draws per call) for a model whose ``predict`` streams over its test points.
+
+    All S points go in one call, so each draw's O(NM²) factor is computed once; draws are batched so that
+    the call's working memory, ~8·(2S + 4MC + 8M²) bytes per draw for chunks of C points
+    (:func:`bayes_rbfn.parallel.chunk_size_for`), stays within ``budget``.
+    """
+    from bayes_rbfn.parallel import chunk_size_for
+
+    per_draw = 8 * (2 * S + 4 * M * chunk_size_for(M) + 8 * M * M)
+    return max(int(S), 1), int(max(1, budget // per_draw))
 
 
 @dataclass(frozen=True)
@@ -49,9 +73,10 @@ def per_draw_moments(
     params: Mapping[str, Any],
     X_test: Any,
     *,
-    batch_size: int = DEFAULT_BATCH,
+    batch_size: int | None = DEFAULT_BATCH,
     extra: tuple = (),
     draw_batch: int | None = None,
+    data: Any = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Evaluate ``predict_fn(draw_params, X_batch, *extra_batch) → (mean, var)`` for every draw.
 
@@ -59,7 +84,12 @@ def per_draw_moments(
         predict_fn: per-draw traceable function.
         params: dict of arrays with leading (chains, draws) axes.
         X_test: (S, D) test inputs. extra: arrays with leading S axis batched alongside X_test.
-        batch_size: test points per batch. draw_batch: draws per batch (``None``: all at once).
+        batch_size: test points per batch (``None``: all at once). draw_batch: draws per batch
+            (``None``: all at once). The last batch of each is padded to full size, so one compiled
+            program serves every call.
+        data: when given, passed to ``predict_fn`` as its keyword ``data``: an argument of the compiled
+            function rather than a constant folded into it (compiling does not grow with the data, and
+            data of the same shapes reuse the compiled program).
 
     Returns:
         (f_mean, f_var), each (chains, draws, S) as NumPy arrays.
@@ -69,27 +99,38 @@ def per_draw_moments(
     flat = jax.tree_util.tree_map(lambda a: jnp.reshape(a, (chains * draws, *a.shape[2:])), params)
     total = chains * draws
     draw_batch = total if draw_batch is None else max(1, min(draw_batch, total))
-    fn = _compiled(predict_fn)
+    fn = _compiled(predict_fn, data is not None)
     S = X_test.shape[0]
+    batch_size = S if batch_size is None else max(1, min(int(batch_size), S))
     means = np.empty((total, S))
     vars_ = np.empty((total, S))
     for start in range(0, S, batch_size):
         stop = min(start + batch_size, S)
-        Xb = X_test[start:stop]
-        eb = tuple(e[start:stop] for e in extra)
+        Xb = _pad_rows(X_test[start:stop], batch_size)
+        eb = tuple(_pad_rows(e[start:stop], batch_size) for e in extra)
         for d0 in range(0, total, draw_batch):
             d1 = min(d0 + draw_batch, total)
-            pb = jax.tree_util.tree_map(lambda a, d0=d0, d1=d1: a[d0:d1], flat)
-            m, v = fn(pb, Xb, *eb)
-            means[d0:d1, start:stop] = np.asarray(m)
-            vars_[d0:d1, start:stop] = np.asarray(v)
+            pb = jax.tree_util.tree_map(lambda a, d0=d0, d1=d1: _pad_rows(a[d0:d1], draw_batch), flat)
+            m, v = fn(pb, Xb, data, *eb)
+            means[d0:d1, start:stop] = np.asarray(m)[: d1 - d0, : stop - start]
+            vars_[d0:d1, start:stop] = np.asarray(v)[: d1 - d0, : stop - start]
     return means.reshape(chains, draws, S), vars_.reshape(chains, draws, S)
 
 
-def _compiled(predict_fn: Any) -> Any:
-    """Jitted, draw-vmapped ``predict_fn``; test inputs and extras are shared by all draws."""
+def _pad_rows(a: Any, n: int) -> Any:
+    """``a`` with its leading axis padded to ``n`` rows by repeating its last row."""
+    k = a.shape[0]
+    if k == n:
+        return a
+    return jnp.concatenate([a, jnp.repeat(a[-1:], n - k, axis=0)])
 
-    def over_draws(p, Xb, *eb):
+
+def _compiled(predict_fn: Any, with_data: bool = False) -> Any:
+    """Jitted, draw-vmapped ``predict_fn``; test inputs, data and extras are shared by all draws."""
+
+    def over_draws(p, Xb, data, *eb):
+        if with_data:
+            return jax.vmap(lambda q: predict_fn(q, Xb, *eb, data=data))(p)
         return jax.vmap(lambda q: predict_fn(q, Xb, *eb))(p)
 
     return jax.jit(over_draws)
@@ -123,7 +164,53 @@ def mixture_moments(
     return mean, var_f, var_y
 
 
-def predict(idata: Any, X_test: Any, *, group: Any = None, batch_size: int = DEFAULT_BATCH) -> Predictive:
+def mixture_quantiles(
+    f_mean: Any, f_var: Any, probs: Any, *, tol: float = 1e-9, batch_size: int = 256
+) -> np.ndarray:
+    """Quantiles of the equal-weight Gaussian mixture over draws, per point (exact, by bisection).
+
+    At each point the predictive is the mixture (1/T) Σ_s N(m_s, v_s); its CDF is increasing, so each
+    quantile is found by bisection on F(q) = (1/T) Σ_s Φ((q − m_s)/√v_s) inside the bracket
+    [min_s (m_s − 9√v_s), max_s (m_s + 9√v_s)], to ``tol`` times the bracket's width. Unlike mean ± z·sd
+    of :func:`mixture_moments`, this respects skewness and multimodality of the mixture. Add σ_s² to
+    ``f_var`` for intervals of a new observation y*.
+
+    Args:
+        f_mean, f_var: per-draw moments with draws on the leading axes (…, S).
+        probs: (Q,) probabilities in (0, 1).
+        tol: relative width at which bisection stops. batch_size: points per batch (memory T × batch).
+
+    Returns:
+        (Q, S) quantiles.
+    """
+    from scipy.special import ndtr
+
+    probs = np.atleast_1d(np.asarray(probs, dtype=float))
+    if np.any((probs <= 0) | (probs >= 1)):
+        raise ValueError(f"probs: must lie strictly between 0 and 1, got {probs.tolist()}")
+    f_mean = np.asarray(f_mean, dtype=float)
+    S = f_mean.shape[-1]
+    m = f_mean.reshape(-1, S)
+    sd = np.sqrt(np.maximum(np.asarray(f_var, dtype=float).reshape(-1, S), 0.0))
+    out = np.empty((probs.size, S))
+    iterations = int(np.ceil(np.log2(1.0 / tol))) + 1
+    for start in range(0, S, batch_size):
+        mb, sb = m[:, start : start + batch_size], sd[:, start : start + batch_size]
+        # A zero variance (a draw without uncertainty) is a point mass: a tiny floor keeps Φ defined.
+        sb = np.maximum(sb, 1e-300)
+        lo = np.tile(np.min(mb - 9.0 * sb, axis=0), (probs.size, 1))
+        hi = np.tile(np.max(mb + 9.0 * sb, axis=0), (probs.size, 1))
+        for _ in range(iterations):
+            mid = 0.5 * (lo + hi)
+            cdf = ndtr((mid[:, None, :] - mb[None]) / sb[None]).mean(axis=1)
+            below = cdf < probs[:, None]
+            lo = np.where(below, mid, lo)
+            hi = np.where(below, hi, mid)
+        out[:, start : start + batch_size] = 0.5 * (lo + hi)
+    return out
+
+
+def predict(idata: Any, X_test: Any, *, group: Any = None, batch_size: int | None = None) -> Predictive:
     """Posterior predictive at new inputs from a fit's InferenceData.
 
     Rebuilds the model and data from ``idata`` (its ``constant_data`` and the ``bayes_rbfn_*``
@@ -133,6 +220,9 @@ def predict(idata: Any, X_test: Any, *, group: Any = None, batch_size: int = DEF
     Args:
         idata: InferenceData from :func:`bayes_rbfn.fit` (or loaded from ``inference.nc``).
         X_test: (S, D) or (S,) inputs. group: (S,) group codes for grouped models.
+        batch_size: test points per batch; ``None`` chooses: all of them for a model whose ``predict``
+            streams (``sor``: each draw's factor computed once, draws batched within
+            :data:`STREAM_BUDGET`), else :data:`DEFAULT_BATCH`.
     """
     from bayes_rbfn.inference import rebuild
 
@@ -146,13 +236,21 @@ def predict(idata: Any, X_test: Any, *, group: Any = None, batch_size: int = DEF
             raise ValueError("group: the grouped model needs the group code of every test point")
         extra = (jnp.asarray(np.asarray(group, dtype=np.int32)),)
 
-    def predict_fn(p, Xb, *eb):
+    def predict_fn(p, Xb, *eb, data=data):
         return spec.predict(p, data, config, Xb, *eb)
 
     from bayes_rbfn.runtime import single_threaded_blas
 
+    draw_batch = None
+    if batch_size is None and spec.predict_streams:
+        M = int(data["Z"].shape[-2]) if "Z" in data else int(data["X"].shape[0])
+        batch_size, draw_batch = streamed_batches(X_test.shape[0], M)
+    elif batch_size is None:
+        batch_size = DEFAULT_BATCH
     with single_threaded_blas():
-        f_mean, f_var = per_draw_moments(predict_fn, params, X_test, batch_size=batch_size, extra=extra)
+        f_mean, f_var = per_draw_moments(
+            predict_fn, params, X_test, batch_size=batch_size, extra=extra, draw_batch=draw_batch, data=data
+        )
     noise = params.get("noise")
     noise_draws = None
     if noise is not None and not spec.grouped:

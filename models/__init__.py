@@ -61,6 +61,9 @@ class ModelSpec:
     #: For a model whose hyperparameters are not those of a kernel family (e.g. ``blr``'s α and β): the
     #: family (names, default priors) that :func:`bayes_rbfn.fit` uses instead of ``kernel=``.
     family: KernelFamily | None = None
+    #: ``predict`` streams over its test points in bounded memory (e.g. ``sor``), so the drivers pass all
+    #: of them in one call and the per-draw O(NM²) factor is computed once per draw, not once per batch.
+    predict_streams: bool = False
 
 
 def _registry() -> dict[str, ModelSpec]:

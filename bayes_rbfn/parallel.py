@@ -1,0 +1,406 @@
+"""The O(NM²) pass of the SoR family: streamed over chunks of the data, sharded over devices.
+
+Every SoR-family formula needs the data only through the sums of :func:`bayes_rbfn.linalg.woodbury`
+(its ``stats``): with a_n = L_uu⁻¹ k_u(x_n) and ω_n = 1/d_n,
+
+    AAᵀ = Σ_n ω_n a_n a_nᵀ (M×M),   A D^-½ y = Σ_n ω_n y_n a_n (M),   yᵀD⁻¹y,   Σ_n log d_n.
+
+This module takes those sums in one pass, as close to the machine's floor as the whitened form allows:
+
+* **Streamed.** The data are cut into chunks of C points (C·M·8 bytes ≈ 1 MiB, cache-sized); K_uc (M×C)
+  is formed, used and dropped chunk by chunk inside a ``lax.scan``, so memory is O(MC + M²) whatever N,
+  nothing of size N×M is ever materialised, and the cost is linear in N down to small N.
+* **Whitened by GEMM.** a_c = W K_uc with W = L_uu⁻¹ (M×M, a triangular solve against I once per
+  evaluation, O(M³), as :meth:`~bayes_rbfn.linalg.Woodbury.weight_cov_factor` already does). The
+  N-column triangular solve of :func:`~bayes_rbfn.linalg.whitened_stats` becomes a matrix product, which
+  XLA's CPU runtime runs several times faster per flop than a triangular solve, with the same forward error
+  (~ε·cond(L_uu)); tests/test_parallel.py checks it against the triangular-solve path and a long-double
+  reference. Whitening *before* the sum is what keeps the result accurate: forming K_uf D⁻¹ K_fu first
+  (``fast=True``, :func:`~bayes_rbfn.linalg.fast_stats`) saves one of the two products but loses digits in
+  proportion to cond(K_uu), which the jitter floor puts at ~1e10 for the usual dense inducing inputs:
+  errors of O(1) in the log density at N = 20,000, NaN for small noise (benchmarks/README.md).
+* **A hand-written reverse pass.** The backward pass recomputes K_uc chunk by chunk instead of storing
+  it, and needs two products per chunk, from ∂f/∂K_uc = ω · Wᵀ (G_s W K_uc + g yᵀ) with G_s = G + Gᵀ
+  (G, g the cotangents of AAᵀ and A D^-½ y); the cotangent of L_uu follows from M×M quantities alone,
+  ∂f/∂L_uu = −Wᵀ (G_s AAᵀ + g (A D^-½ y)ᵀ) (using W K_uf D⁻¹ K_fu = AAᵀ L_uuᵀ), so the backward pass
+  never needs a second sweep for it. Forming Wᵀ G_s W first would save one product but amplifies
+  rounding by cond(K_uu) again (gradients off by up to 60 % in the same tests).
+* **Sharded.** With a :class:`jax.sharding.Mesh`, the pass runs under :func:`jax.shard_map`: each device
+  streams over its own slice of the data and the M×M sums are ``psum``-reduced, the only communication
+  (M² + M numbers per evaluation, whatever N). The same code runs on several CPU devices, GPUs or hosts.
+
+Per evaluation of the log density and its gradient this is four M×M×C products per chunk (two forward,
+two backward) against the one product of the floor (forming K_fu and K_uf K_fu); see benchmarks/ for the
+measured ratio.
+
+References
+----------
+[1] Titsias, M. (2009). Variational learning of inducing variables in sparse Gaussian processes. AISTATS.
+[2] Higham, N. J. (2002). *Accuracy and Stability of Numerical Algorithms*, 2nd ed., §8 (triangular
+    systems: the forward error of a triangular solve and of multiplication by a computed inverse).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from bayes_rbfn import linalg
+from bayes_rbfn.kernels import Kernel
+
+__all__ = [
+    "DATA_AXIS",
+    "chunk_size_for",
+    "data_mesh",
+    "shard_data",
+    "sor_factor",
+    "sor_loo",
+    "sor_moments",
+    "woodbury_stats",
+]
+
+#: Name of the mesh axis along which data points are sharded.
+DATA_AXIS = "data"
+
+#: Bytes of one K_uc chunk (M×C) the default chunk size aims at: cache-resident on current CPUs.
+_CHUNK_BYTES = 1 << 20
+
+
+def chunk_size_for(M: int, dtype: Any = jnp.float64) -> int:
+    """Default chunk length C for M inducing inputs: C·M·itemsize ≈ 1 MiB, a power of two in [256, 16384]."""
+    target = _CHUNK_BYTES // (max(int(M), 1) * jnp.dtype(dtype).itemsize)
+    return int(min(16384, max(256, 1 << max(int(target).bit_length() - 1, 0))))
+
+
+# --------------------------------------------------------------------------------------------------
+# Chunks on one device, slices over devices
+
+
+def _split(a: jax.Array | None, C: int) -> tuple[Any, Any]:
+    """(the first ⌊N/C⌋·C rows as (⌊N/C⌋, C, …), the remaining rows); static shapes."""
+    if a is None:
+        return None, None
+    n = a.shape[0] // C
+    return a[: n * C].reshape(n, C, *a.shape[1:]), a[n * C :]
+
+
+def _varying_like(tree: Any, ref: jax.Array) -> Any:
+    """``tree`` marked as varying over the shard_map axes ``ref`` varies over (a scan's carry must have the
+    type of what the chunks add to it); unchanged outside shard_map."""
+    axes = set(getattr(jax.typeof(ref), "vma", ()) or ())
+    if not axes:
+        return tree
+
+    def one(a):
+        missing = tuple(sorted(axes - set(getattr(jax.typeof(a), "vma", ()) or ())))
+        return lax.pcast(a, missing, to="varying") if missing else a
+
+    return jax.tree_util.tree_map(one, tree)
+
+
+def _stream(body: Callable, carry: Any, C: int, *arrays: Any) -> tuple[Any, Any]:
+    """Run ``body(carry, *chunk) → (carry, per_point)`` over chunks of C rows of ``arrays`` (a ``lax.scan``)
+    and then over the remaining rows; returns the final carry and the per-point outputs (N rows, or None).
+    """
+    N = arrays[0].shape[0]
+    carry = _varying_like(carry, arrays[0])
+    main, tail = zip(*(_split(a, C) for a in arrays), strict=True)
+    outs = []
+    if N // C:
+        carry, out = lax.scan(lambda c, xs: body(c, *xs), carry, main)
+        if out is not None:
+            outs.append(jax.tree_util.tree_map(lambda o: o.reshape(-1, *o.shape[2:]), out))
+    if N % C:
+        carry, out = body(carry, *tail)
+        if out is not None:
+            outs.append(out)
+    if not outs:
+        return carry, None
+    return carry, jax.tree_util.tree_map(lambda *o: jnp.concatenate(o), *outs)
+
+
+def _over_data(fn: Callable, mesh: Mesh | None) -> Callable:
+    """``fn(shared, X, y, w) → (sums, per_point)`` over all N points, sharded over ``mesh`` when given.
+
+    ``shared`` is replicated; X, y, w (w may be None) are split along the mesh's data axis. Each device
+    runs ``fn`` on its slice; ``sums`` (a pytree of arrays added over points) are ``psum``-reduced, and
+    ``per_point`` outputs stay split like the data. The N mod (devices) points an even split leaves over are
+    handled by ``fn`` on the whole mesh, so any N works (N divisible by the device count avoids it).
+    """
+    if mesh is None:
+        return fn
+
+    def run(shared, X, y, w):
+        N = X.shape[0]
+        n_main = (N // mesh.shape[DATA_AXIS]) * mesh.shape[DATA_AXIS]
+        data = P(DATA_AXIS)
+
+        def local(shared, X, y, w):
+            sums, per_point = fn(shared, X, y, w)
+            return jax.tree_util.tree_map(lambda a: lax.psum(a, DATA_AXIS), sums), per_point
+
+        def cut(a, lo, hi):
+            return None if a is None else a[lo:hi]
+
+        sums, per_point = jax.shard_map(
+            local, mesh=mesh, in_specs=(P(), data, data, data), out_specs=(P(), data)
+        )(shared, cut(X, 0, n_main), cut(y, 0, n_main), cut(w, 0, n_main))
+        if n_main < N:
+            rest_sums, rest_points = fn(shared, cut(X, n_main, N), cut(y, n_main, N), cut(w, n_main, N))
+            sums = jax.tree_util.tree_map(jnp.add, sums, rest_sums)
+            per_point = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), per_point, rest_points)
+        return sums, per_point
+
+    return run
+
+
+# --------------------------------------------------------------------------------------------------
+# The streamed data sums with their reverse pass
+
+
+def _identity_like(L: jax.Array) -> jax.Array:
+    return jnp.eye(L.shape[-1], dtype=L.dtype)
+
+
+@functools.cache
+def _streamed(fast: bool, C: int, mesh: Mesh | None) -> Callable:
+    """The custom-VJP function (kernel, Z, Luu, X, y, w) → (AAᵀ, A D^-½ y) with ω = w (None: ω = 1).
+
+    The reverse pass is written for the whole (sharded) pass, so autodiff never enters shard_map: the
+    cotangents of the replicated inputs are psum-reduced like the forward sums, those of X, y, w stay split.
+    """
+
+    def local_sums(shared, X, y, w):
+        kernel, Z, W = shared
+        M = Z.shape[0]
+
+        def body(carry, x, yc, *wc):
+            S, r = carry
+            K = kernel(Z, x)
+            A = K if fast else W @ K
+            Aw = A * wc[0] if wc else A
+            return (S + Aw @ A.T, r + Aw @ yc), None
+
+        zeros = (jnp.zeros((M, M), W.dtype), jnp.zeros((M,), W.dtype))
+        return _stream(body, zeros, C, X, y, *([] if w is None else [w]))[0], None
+
+    def local_grads(shared, X, y, w):
+        kernel, Z, W, left, h = shared
+        # As varying (per-device) values, the pullback gives each device's own share of their cotangents,
+        # reduced once at the end, instead of a psum per chunk inserted by autodiff.
+        kernel, Z = _varying_like((kernel, Z), X)
+
+        def body(carry, x, yc, *wc):
+            dk, dz = carry
+            K, pullback = jax.vjp(lambda k, z, xx: k(z, xx), kernel, Z, x)
+            # ∂f/∂K_c = ω (U + h yᵀ), U = Wᵀ G_s W K_c: whitened as Wᵀ ((G_s W) K_c), two products.
+            U = left @ K if fast else W.T @ (left @ K)
+            T = U + jnp.outer(h, yc)
+            dk_c, dz_c, dx = pullback(T * wc[0] if wc else T)
+            hK = h @ K
+            out = {"X": dx, "y": hK * wc[0] if wc else hK}
+            if wc:
+                out["w"] = jnp.sum(K * (0.5 * U + jnp.outer(h, yc)), axis=0)
+            return (jax.tree_util.tree_map(jnp.add, dk, dk_c), dz + dz_c), out
+
+        carry0 = (jax.tree_util.tree_map(jnp.zeros_like, kernel), jnp.zeros_like(Z))
+        return _stream(body, carry0, C, X, y, *([] if w is None else [w]))
+
+    run_sums = _over_data(local_sums, mesh)
+    run_grads = _over_data(local_grads, mesh)
+
+    def sums(kernel, Z, Luu, X, y, w):
+        W = linalg.solve_lower(Luu, _identity_like(Luu))
+        S, r = run_sums((kernel, Z, W), X, y, w)[0]
+        if fast:
+            S, r = W @ S @ W.T, W @ r
+        return 0.5 * (S + S.T), r, W
+
+    @jax.custom_vjp
+    def f(kernel, Z, Luu, X, y, w):
+        return sums(kernel, Z, Luu, X, y, w)[:2]
+
+    def fwd(kernel, Z, Luu, X, y, w):
+        AAt, Ay, W = sums(kernel, Z, Luu, X, y, w)
+        return (AAt, Ay), (kernel, Z, Luu, X, y, w, W, AAt, Ay)
+
+    def bwd(res, ct):
+        # Every cotangent is formed; XLA drops those nobody uses (the data's, inside NUTS).
+        kernel, Z, _, X, y, w, W, AAt, Ay = res
+        G, g = ct
+        Gs = G + G.T
+        h = W.T @ g
+        # ∂f/∂W = (G_s AAᵀ + g (A D^-½ y)ᵀ) L_uuᵀ, as W K_uf D⁻¹ K_fu = AAᵀ L_uuᵀ: no pass over the data.
+        # With W = L_uu⁻¹, ∂f/∂L_uu = −Wᵀ (∂f/∂W) Wᵀ; L_uu is lower triangular.
+        dLuu = -jnp.tril(W.T @ (Gs @ AAt + jnp.outer(g, Ay)))
+        # fast: the products were taken before whitening, so their cotangent is Wᵀ G_s W K, rounded with
+        # cond(K_uu) like the forward sums; whitened: Wᵀ ((G_s W) K), accurate like the forward pass.
+        left = W.T @ Gs @ W if fast else Gs @ W
+        (dk, dz), per_point = run_grads((kernel, Z, W, left, h), X, y, w)
+        return dk, dz, dLuu, per_point["X"], per_point["y"], per_point.get("w")
+
+    f.defvjp(fwd, bwd)
+    return f
+
+
+def woodbury_stats(
+    kernel: Kernel,
+    Z: jax.Array,
+    X: jax.Array,
+    y: jax.Array,
+    d: Any,
+    Luu: jax.Array,
+    *,
+    fast: bool = False,
+    chunk_size: int | None = None,
+    mesh: Mesh | None = None,
+) -> tuple:
+    """The data sums of :func:`bayes_rbfn.linalg.woodbury` for C = Q_ff + diag(d), in one streamed pass.
+
+    Returns ``(AAᵀ, A D^-½ y, yᵀD⁻¹y, Σ log d)`` with A = L_uu⁻¹ K_uf D^-½, ready for
+    ``linalg.woodbury(Luu, None, None, None, stats=..., n=N)``; equal to
+    :func:`~bayes_rbfn.linalg.whitened_stats` (or :func:`~bayes_rbfn.linalg.fast_stats` with ``fast``)
+    up to rounding, without forming K_uf. Differentiable (a hand-written reverse pass; see the module
+    docstring) in the kernel hyperparameters, Z, L_uu, X, y and d.
+
+    Args:
+        kernel: covariance function. Z: (M, D) inducing inputs. X: (N, D) inputs. y: (N,) targets.
+        d: scalar (σ² for SoR/DTC) or (N,) diagonal part (FITC).
+        Luu: (M, M) Cholesky factor of K_uu (see :func:`bayes_rbfn.linalg.cholesky`).
+        fast: take the products before whitening (one product per chunk fewer; ill-conditioned).
+        chunk_size: data points per chunk (default :func:`chunk_size_for`).
+        mesh: shard the pass over the ``"data"`` axis of this mesh (see :func:`data_mesh`).
+    """
+    C = chunk_size or chunk_size_for(Z.shape[0], Luu.dtype)
+    d = jnp.asarray(d, dtype=jnp.result_type(Luu, d))
+    per_point = d.ndim > 0
+    w = 1.0 / jnp.broadcast_to(d, y.shape) if per_point else None
+    AAt, Ay = _streamed(bool(fast), int(C), mesh)(kernel, Z, Luu, X, y, w)
+    if per_point:
+        return AAt, Ay, jnp.sum(y * y * w), jnp.sum(jnp.log(d))
+    return AAt / d, Ay / d, jnp.sum(y * y) / d, y.shape[0] * jnp.log(d)
+
+
+def sor_factor(
+    kernel: Kernel,
+    X: jax.Array,
+    y: jax.Array,
+    Z: jax.Array,
+    noise: jax.Array,
+    jitter: float | None = None,
+    *,
+    fast: bool = False,
+    chunk_size: int | None = None,
+    mesh: Mesh | None = None,
+) -> linalg.Woodbury:
+    """The Woodbury factorisation of Q_ff + σ²I (as :func:`bayes_rbfn.conditional.sor_factor`), streamed.
+
+    K_uf is never formed; the factor is the same up to rounding.
+    """
+    Luu = linalg.cholesky(kernel(Z, Z), jitter)
+    stats = woodbury_stats(kernel, Z, X, y, noise**2, Luu, fast=fast, chunk_size=chunk_size, mesh=mesh)
+    return linalg.woodbury(Luu, None, None, None, stats=stats, n=X.shape[0])
+
+
+# --------------------------------------------------------------------------------------------------
+# Per-point outputs: LOO conditionals and predictive moments, streamed and sharded the same way
+
+
+def sor_loo(
+    factor: linalg.Woodbury,
+    kernel: Kernel,
+    Z: jax.Array,
+    X: jax.Array,
+    y: jax.Array,
+    d: Any,
+    *,
+    chunk_size: int | None = None,
+    mesh: Mesh | None = None,
+) -> jax.Array:
+    """LOO conditionals log p(y_i | y_−i) for C = Q_ff + diag(d), shape (N,), streamed in O(NM²).
+
+    As :func:`bayes_rbfn.conditional.woodbury_loo`: C⁻¹ = D⁻¹ − VᵀV, V = R K_uf D⁻¹, R = L_B⁻¹ L_uu⁻¹.
+    """
+    from bayes_rbfn.conditional import loo_from_precision
+
+    C = chunk_size or chunk_size_for(Z.shape[0], factor.Luu.dtype)
+    R = factor.weight_cov_factor()
+    w = 1.0 / jnp.broadcast_to(jnp.asarray(d, dtype=R.dtype), y.shape)
+
+    def local(shared, X, y, w):
+        kernel, Z, R, c = shared
+
+        def body(carry, x, yc, wc):
+            V = (R @ kernel(Z, x)) * wc
+            return carry, loo_from_precision(wc - jnp.sum(V * V, axis=0), yc * wc - V.T @ c)
+
+        return None, _stream(body, None, C, X, y, w)[1]
+
+    return _over_data(local, mesh)((kernel, Z, R, factor.c), X, y, w)[1]
+
+
+def sor_moments(
+    factor: linalg.Woodbury,
+    kernel: Kernel,
+    Z: jax.Array,
+    X_test: jax.Array,
+    *,
+    chunk_size: int | None = None,
+    mesh: Mesh | None = None,
+) -> tuple[jax.Array, jax.Array]:
+    """SoR predictive moments of the latent f* (as :func:`bayes_rbfn.conditional.sor_predict`, marginal).
+
+    mean = K_*u m, var = ‖R k_u(x*)‖² with m = Σ K_uf D⁻¹ y and R = L_B⁻¹ L_uu⁻¹ (Σ = RᵀR), streamed over
+    chunks of test points: memory O(M·C) per draw whatever the number of test points.
+    """
+    C = chunk_size or chunk_size_for(Z.shape[0], factor.Luu.dtype)
+
+    def local(shared, X, y, w):
+        kernel, Z, R, mean = shared
+
+        def body(carry, x):
+            K = kernel(Z, x)
+            V = R @ K
+            return carry, (K.T @ mean, jnp.sum(V * V, axis=0))
+
+        return None, _stream(body, None, C, X)[1]
+
+    shared = (kernel, Z, factor.weight_cov_factor(), factor.weight_mean())
+    placeholder = jnp.zeros(X_test.shape[:1], X_test.dtype)
+    return _over_data(local, mesh)(shared, X_test, placeholder, None)[1]
+
+
+# --------------------------------------------------------------------------------------------------
+# Meshes and data placement
+
+
+def data_mesh(devices: Any = None) -> Mesh:
+    """A 1-D mesh with axis ``"data"`` over ``devices`` (default: every device JAX sees, all hosts)."""
+    devices = jax.devices() if devices is None else list(devices)
+    return Mesh(np.asarray(devices), (DATA_AXIS,))
+
+
+def shard_data(data: dict, mesh: Mesh, keys: tuple[str, ...] = ("X", "y")) -> dict:
+    """Place the per-point arrays of a model's data dict along the mesh's data axis, the rest replicated.
+
+    Arrays whose length is not a multiple of the device count are left replicated (the sharded pass
+    then slices them itself); pass N divisible by the device count to avoid that copy.
+    """
+    n_dev = mesh.shape[DATA_AXIS]
+    out = {}
+    for name, value in data.items():
+        if value is None or not hasattr(value, "shape"):
+            out[name] = value
+            continue
+        split = name in keys and value.ndim >= 1 and value.shape[0] % n_dev == 0
+        spec = P(DATA_AXIS) if split else P()
+        out[name] = jax.device_put(value, NamedSharding(mesh, spec))
+    return out

@@ -1,0 +1,298 @@
+"""Figures of a fit, written as PNG files: MCMC traces and ranks, and the posterior predictive over the data.
+
+Every function draws on a :class:`matplotlib.figure.Figure` it creates itself and saves it with the Agg
+renderer, so nothing here touches pyplot's global state or needs a display; the functions can be called
+from a script, a notebook or the CLI alike. ArviZ draws the trace and rank plots into axes made here.
+
+The predictive figures take the summaries already computed from the per-draw analytic moments (the
+mixture mean and central intervals of y*, see :func:`bayes_rbfn.predictive.mixture_quantiles`); they do no
+inference themselves. Inducing inputs Z are marked as ticks along the bottom of each panel.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+__all__ = [
+    "Band",
+    "plot_predicted_vs_observed",
+    "plot_predictive_1d",
+    "plot_predictive_groups",
+    "plot_rank",
+    "plot_trace",
+]
+
+_DATA_STYLE = {"color": "0.15", "ms": 2.5, "alpha": 0.7, "lw": 0, "marker": "."}
+_MEAN_COLOR = "C0"
+_Z_COLOR = "C3"
+_DPI = 110
+
+
+@dataclass(frozen=True)
+class Band:
+    """Posterior predictive summary at prediction inputs: mean and central intervals of y*.
+
+    Attributes:
+        mean: (S,) predictive mean.
+        intervals: {probability mass: (lower (S,), upper (S,))}, e.g. {0.5: …, 0.95: …}.
+    """
+
+    mean: np.ndarray
+    intervals: Mapping[float, tuple[np.ndarray, np.ndarray]]
+
+
+def _save(fig: Figure, path: str | os.PathLike[str]) -> None:
+    fig.savefig(path, dpi=_DPI)
+
+
+def plot_trace(idata: Any, var_names: Sequence[str], path: str | os.PathLike[str]) -> None:
+    """Trace plot (per-chain densities left, draws right) of ``var_names``, one row per variable.
+
+    Vector-valued variables (one value per group or input dimension) share their row (ArviZ ``compact``).
+    """
+    import arviz as az
+
+    names = list(var_names)
+    fig = Figure(figsize=(11, max(2.2, 1.9 * len(names))), layout="constrained")
+    axes = np.atleast_2d(fig.subplots(len(names), 2, squeeze=False))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        az.plot_trace(
+            idata,
+            var_names=names,
+            compact=True,
+            chain_prop="color",
+            compact_prop={"linestyle": ["solid", "dashed", "dotted", "dashdot"]},
+            axes=axes,
+            show=False,
+        )
+    fig.suptitle("MCMC traces of the hyperparameters (one colour per chain)")
+    _save(fig, path)
+
+
+def plot_rank(idata: Any, var_names: Sequence[str], path: str | os.PathLike[str]) -> None:
+    """Rank plot (Vehtari et al. 2021) of scalar ``var_names``: flat, overlapping histograms per chain
+    mean the chains mix; a chain whose ranks pile up at one end has not explored the same region."""
+    import arviz as az
+
+    names = list(var_names)
+    cols = min(3, len(names))
+    rows = -(-len(names) // cols)
+    fig = Figure(figsize=(3.8 * cols, 2.6 * rows), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False).ravel())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        az.plot_rank(idata, var_names=names, ax=axes[: len(names)], show=False)
+    for ax in axes[len(names) :]:
+        ax.set_axis_off()
+    fig.suptitle("Rank plots of the hyperparameters (uniform per chain = good mixing)")
+    _save(fig, path)
+
+
+def _mark_inducing(ax: Any, z: np.ndarray | None) -> None:
+    """Ticks along the bottom of ``ax`` at the inducing inputs (x positions in data units)."""
+    if z is None or len(z) == 0:
+        return
+    ax.plot(
+        z,
+        np.zeros_like(z),
+        linestyle="none",
+        marker="|",
+        markersize=9,
+        mew=1.2,
+        color=_Z_COLOR,
+        transform=ax.get_xaxis_transform(),
+        clip_on=False,
+    )
+
+
+def _draw_band(ax: Any, x: np.ndarray, band: Band) -> None:
+    order = np.argsort(x)
+    for mass, alpha in zip(sorted(band.intervals, reverse=True), (0.18, 0.32, 0.45), strict=False):
+        lo, hi = band.intervals[mass]
+        ax.fill_between(x[order], lo[order], hi[order], color=_MEAN_COLOR, alpha=alpha, lw=0)
+    ax.plot(x[order], band.mean[order], color=_MEAN_COLOR, lw=1.2)
+
+
+def _legend_handles(band: Band, with_z: bool) -> list[Any]:
+    handles: list[Any] = [Line2D([], [], **_DATA_STYLE, label="data"), Line2D([], [], color=_MEAN_COLOR)]
+    handles[1].set_label("predictive mean")
+    for mass, alpha in zip(sorted(band.intervals, reverse=True), (0.18, 0.32, 0.45), strict=False):
+        handles.append(Patch(color=_MEAN_COLOR, alpha=alpha, label=f"{mass:.0%} interval of y*"))
+    if with_z:
+        handles.append(
+            Line2D(
+                [], [], color=_Z_COLOR, marker="|", linestyle="none", markersize=9, label="inducing inputs"
+            )
+        )
+    return handles
+
+
+def _ylim(ax: Any, *arrays: np.ndarray) -> None:
+    values = np.concatenate([np.ravel(a) for a in arrays if a is not None and np.size(a)])
+    values = values[np.isfinite(values)]
+    if values.size:
+        lo, hi = float(values.min()), float(values.max())
+        pad = 0.05 * (hi - lo) if hi > lo else 1.0
+        ax.set_ylim(lo - pad, hi + pad)
+
+
+def _in_window(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    return (x >= lo) & (x <= hi)
+
+
+def plot_predictive_1d(
+    path: str | os.PathLike[str],
+    *,
+    X: np.ndarray,
+    y: np.ndarray,
+    X_pred: np.ndarray,
+    band: Band,
+    Z: np.ndarray | None,
+    x_label: str,
+    y_label: str,
+    title: str,
+) -> None:
+    """Posterior predictive over one input: data, mean, central intervals of y*, inducing inputs.
+
+    When the prediction inputs reach past the data, a second panel zooms on the end of the data and the
+    forecast beyond it, where the predictive uncertainty grows (and, for SoR, eventually collapses to the
+    noise far from every inducing input: DESIGN §3.4).
+    """
+    x, xp = np.ravel(X), np.ravel(X_pred)
+    z = None if Z is None else np.ravel(Z)
+    data_end = float(x.max())
+    beyond = xp.max() > data_end
+    fig = Figure(figsize=(11, 7.5 if beyond else 4.2), layout="constrained")
+    axes = fig.subplots(2 if beyond else 1, 1, squeeze=False)[:, 0]
+
+    ax = axes[0]
+    _draw_band(ax, xp, band)
+    ax.plot(x, y, **_DATA_STYLE)
+    _mark_inducing(ax, z)
+    ax.set_xlim(min(xp.min(), x.min()), max(xp.max(), data_end))
+    _ylim(ax, y, *band.intervals[max(band.intervals)])
+    ax.set_title(title)
+    if beyond:
+        ax.axvline(data_end, color="0.5", lw=0.8, ls="--")
+        ax.legend(handles=_legend_handles(band, z is not None), loc="upper left", fontsize=8, frameon=False)
+        # Zoom: the last stretch of the data, as long as the forecast and at least 10% of the data range.
+        horizon = float(xp.max()) - data_end
+        start = data_end - max(horizon, 0.1 * float(np.ptp(x)))
+        zoom = axes[1]
+        _draw_band(zoom, xp[_in_window(xp, start, np.inf)], _subset(band, _in_window(xp, start, np.inf)))
+        keep = _in_window(x, start, np.inf)
+        zoom.plot(x[keep], y[keep], **_DATA_STYLE)
+        if z is not None:
+            _mark_inducing(zoom, z[_in_window(z, start, np.inf)])
+        zoom.axvline(data_end, color="0.5", lw=0.8, ls="--")
+        zoom.set_xlim(start, float(xp.max()))
+        in_zoom = _in_window(xp, start, np.inf)
+        lo95, hi95 = band.intervals[max(band.intervals)]
+        _ylim(zoom, y[keep], lo95[in_zoom], hi95[in_zoom])
+        zoom.set_title("End of the data and the forecast beyond it (dashed line: last observation)")
+        zoom.set_xlabel(x_label)
+        zoom.set_ylabel(y_label)
+    else:
+        ax.legend(handles=_legend_handles(band, z is not None), loc="best", fontsize=8, frameon=False)
+        ax.set_xlabel(x_label)
+    ax.set_ylabel(y_label)
+    _save(fig, path)
+
+
+def _subset(band: Band, mask: np.ndarray) -> Band:
+    return Band(
+        mean=band.mean[mask], intervals={k: (lo[mask], hi[mask]) for k, (lo, hi) in band.intervals.items()}
+    )
+
+
+def plot_predictive_groups(
+    path: str | os.PathLike[str],
+    *,
+    panels: Sequence[tuple[str, np.ndarray, np.ndarray, np.ndarray, Band, np.ndarray | None]],
+    x_label: str,
+    y_label: str,
+    title: str,
+) -> None:
+    """Posterior predictive of grouped data over one input, one panel per shown group.
+
+    Args:
+        panels: (group name, X_g, y_g, X_pred_g, band_g, Z_g) per panel; Z_g the group's inducing
+            inputs (the shared ones for shared Z) or None.
+    """
+    n = len(panels)
+    cols = min(3, n)
+    rows = -(-n // cols)
+    fig = Figure(figsize=(4.2 * cols, 3.2 * rows), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for i, (name, Xg, yg, Xpg, band, Zg) in enumerate(panels):
+        ax = axes[i]
+        _draw_band(ax, np.ravel(Xpg), band)
+        ax.plot(np.ravel(Xg), yg, **_DATA_STYLE)
+        _mark_inducing(ax, None if Zg is None else np.ravel(Zg))
+        if np.ravel(Xpg).max() > np.ravel(Xg).max():
+            ax.axvline(np.ravel(Xg).max(), color="0.5", lw=0.8, ls="--")
+        ax.set_title(str(name), fontsize=10)
+        ax.set_xlabel(x_label)
+        ax.set_ylabel(y_label)
+    for ax in axes[n:]:
+        ax.set_axis_off()
+    axes[0].legend(
+        handles=_legend_handles(panels[0][4], panels[0][5] is not None), loc="best", fontsize=7, frameon=False
+    )
+    fig.suptitle(title)
+    _save(fig, path)
+
+
+def plot_predicted_vs_observed(
+    path: str | os.PathLike[str],
+    *,
+    X: np.ndarray,
+    y: np.ndarray,
+    band: Band,
+    Z: np.ndarray | None,
+    x_names: Sequence[str],
+    y_label: str,
+    title: str,
+) -> None:
+    """For several inputs: predicted against observed y at the training inputs (with the widest interval
+    as error bars), and y against the first input with the predictive mean and the inducing inputs."""
+    fig = Figure(figsize=(11, 4.6), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    lo, hi = band.intervals[max(band.intervals)]
+    left.errorbar(
+        y,
+        band.mean,
+        yerr=np.vstack([band.mean - lo, hi - band.mean]),
+        fmt="o",
+        ms=2.5,
+        color=_MEAN_COLOR,
+        ecolor=_MEAN_COLOR,
+        elinewidth=0.6,
+        alpha=0.6,
+    )
+    span = [float(min(y.min(), lo.min())), float(max(y.max(), hi.max()))]
+    left.plot(span, span, color="0.4", lw=0.8, ls="--")
+    left.set_xlabel(f"observed {y_label}")
+    left.set_ylabel(f"predicted {y_label}")
+    left.set_title(f"Predicted vs observed (bars: {max(band.intervals):.0%} interval of y*)")
+
+    x0 = np.asarray(X)[:, 0]
+    right.plot(x0, y, **_DATA_STYLE, label="data")
+    right.plot(x0, band.mean, "o", ms=2.5, color=_MEAN_COLOR, alpha=0.6, label="predictive mean")
+    _mark_inducing(right, None if Z is None else np.asarray(Z).reshape(-1, np.shape(X)[1])[:, 0])
+    right.set_xlabel(f"{x_names[0]} (first of {len(x_names)} inputs)")
+    right.set_ylabel(y_label)
+    right.set_title("Against the first input (ticks: inducing inputs)")
+    right.legend(fontsize=8, frameon=False)
+    fig.suptitle(title)
+    _save(fig, path)

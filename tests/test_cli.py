@@ -1,0 +1,438 @@
+"""The command line (DESIGN §6, the main job): end-to-end fits, the output folder's contract, the stored
+predictive against a dense NumPy recomputation, Ctrl-C, and the README's quick-start commands.
+
+The fits are small (tens of draws, a few inducing inputs) so the whole file runs in about a minute; the
+analytic check is exact whatever the number of draws, because it recomputes the per-draw predictive of
+DESIGN §3.2 from the stored draws and inputs with dense matrices (tests/reference.py), independently of
+the library's Woodbury path.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import arviz as az
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import assert_close
+from reference import gram, jittered, sor_function_space
+
+from bayes_rbfn import cli
+from bayes_rbfn.datasets import load_dataset
+
+ROOT = Path(__file__).resolve().parents[1]
+# Tiny fits give high Pareto k̂ for a few points; the CLI reports that in words, here it is noise.
+pytestmark = pytest.mark.filterwarnings("ignore:Estimated shape parameter of Pareto")
+#: Relative jitter of the library's policy in float64 (bayes_rbfn.linalg.JITTER), applied by the reference.
+JITTER = 1e-8
+
+SMALL = ["--chains", "2", "--draws", "40", "--warmup", "40", "--quiet"]
+
+
+def run_cli(argv, capsys):
+    """cli.main in-process: (exit status, stdout, stderr)."""
+    status = cli.main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def listing(folder: Path) -> set[str]:
+    """Every path below ``folder`` (hidden ones included), relative."""
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")}
+
+
+# --------------------------------------------------------------------------------------------------
+# The output folder's contract
+
+
+def check_contract(out: Path, *, D: int, inducing: bool = True) -> az.InferenceData:
+    """The files and InferenceData groups of DESIGN §6; returns the loaded InferenceData."""
+    for name in (
+        "inference.nc",
+        "summary.csv",
+        "trace.png",
+        "predictive.png",
+        "predictions.csv",
+        "report.txt",
+    ):
+        assert (out / name).is_file(), f"{name} missing from {sorted(os.listdir(out))}"
+        assert (out / name).stat().st_size > 0
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".")], "temporary folders left behind"
+
+    idata = az.from_netcdf(out / "inference.nc")
+    for group in (
+        "posterior",
+        "sample_stats",
+        "observed_data",
+        "constant_data",
+        "log_likelihood",
+        "predictions",
+    ):
+        assert group in idata.groups(), f"group {group} missing"
+    post = idata.posterior
+    for name in ("lengthscale", "variance", "noise"):
+        assert name in post.data_vars
+    assert "diverging" in idata.sample_stats
+    assert "y" in idata.observed_data
+    cd = idata.constant_data
+    assert cd["X"].shape[1] == D and cd["X_pred"].shape[1] == D
+    assert ("Z" in cd) == inducing
+    N = idata.observed_data["y"].size
+    chains, draws = post.sizes["chain"], post.sizes["draw"]
+    assert idata.log_likelihood["y"].shape == (chains, draws, N)
+    for name in ("f_mean", "f_var"):
+        da = idata.predictions[name]
+        assert da.dims == ("chain", "draw", "point")
+        assert da.shape == (chains, draws, cd["X_pred"].shape[0])
+        assert np.all(np.isfinite(da.values))
+    assert np.all(idata.predictions["f_var"].values >= 0)
+
+    loo = az.loo(idata)
+    assert np.isfinite(float(loo.elpd_loo))
+
+    summary = pd.read_csv(out / "summary.csv", index_col=0)
+    assert {"mean", "sd", "ess_bulk", "r_hat"} <= set(summary.columns)
+    assert {"lengthscale", "variance", "noise"} <= {str(i).split("[")[0] for i in summary.index}
+    return idata
+
+
+def dense_sor_predictive(idata: az.InferenceData, chain: int, draw: int) -> tuple[np.ndarray, np.ndarray]:
+    """The SoR latent predictive of DESIGN §3.2 for one stored draw, by dense NumPy (tests/reference.py):
+    condition (y − c, f* − c) ~ N(0, [[Q_ff + σ²I, Q_f*], [Q_*f, Q_**]]) on y, c the stored y_offset."""
+    post = idata.posterior
+    cd = idata.constant_data
+    X, Z, Xs = cd["X"].values, cd["Z"].values, cd["X_pred"].values
+    y = idata.observed_data["y"].values
+    c = cd["y_offset"].values.item()  # stored as a length-1 array
+    spec = {
+        "kind": "se",
+        "lengthscale": post["lengthscale"].values[chain, draw],
+        "variance": float(post["variance"].values[chain, draw]),
+    }
+    noise = float(post["noise"].values[chain, draw])
+    Kuu = jittered(gram(spec, Z), JITTER)
+    mean, cov = sor_function_space(gram(spec, X, Z), Kuu, gram(spec, Xs, Z), y - c, noise)
+    return mean + c, np.diag(cov)
+
+
+def check_stored_predictive(idata: az.InferenceData, draws=((0, 0), (0, -1), (-1, 3))) -> None:
+    """Stored per-draw f_mean / f_var equal the dense recomputation from the stored draws and inputs."""
+    y = idata.observed_data["y"].values
+    assert_close(idata.constant_data["y_offset"].values, np.mean(y))
+    for chain, draw in draws:
+        mean, var = dense_sor_predictive(idata, chain, draw)
+        stored_mean = idata.predictions["f_mean"].values[chain, draw]
+        stored_var = idata.predictions["f_var"].values[chain, draw]
+        # float64 tolerances of conftest (1e-8 relative): the two derivations agree to ~1e-12 here, with
+        # few, well-separated inducing inputs (K_uu well conditioned).
+        assert_close(stored_mean, mean, scale=np.max(np.abs(y)))
+        assert_close(stored_var, var, scale=np.max(var))
+
+
+# --------------------------------------------------------------------------------------------------
+# End to end on a packaged data set (in-process; one fit shared by several tests)
+
+
+@pytest.fixture(scope="module")
+def snelson_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("snelson") / "results"
+    argv = ["fit", "--dataset", "snelson", "--num-inducing", "8", *SMALL, "--out", str(out)]
+    status = cli.main(argv)
+    assert status == 0
+    return out
+
+
+def test_fit_packaged_dataset_writes_the_contract(snelson_run):
+    idata = check_contract(snelson_run, D=1)
+    assert idata.constant_data["Z"].shape == (8, 1)
+    assert idata.posterior.sizes["chain"] == 2 and idata.posterior.sizes["draw"] == 40
+    # The predictive reaches past the end of the data (default: 10% of the input range).
+    X = idata.constant_data["X"].values[:, 0]
+    X_pred = idata.constant_data["X_pred"].values[:, 0]
+    assert X_pred.min() == pytest.approx(X.min())
+    assert X_pred.max() == pytest.approx(X.max() + 0.1 * np.ptp(X))
+    assert "bayes-rbfn fit --dataset snelson" in idata.posterior.attrs["bayes_rbfn_command"]
+
+
+def test_fit_packaged_dataset_stored_predictive_matches_dense_formula(snelson_run):
+    check_stored_predictive(az.from_netcdf(snelson_run / "inference.nc"))
+
+
+def test_fit_packaged_dataset_predictions_csv_and_report(snelson_run):
+    idata = az.from_netcdf(snelson_run / "inference.nc")
+    table = pd.read_csv(snelson_run / "predictions.csv")
+    assert list(table.columns) == [
+        "x",
+        "mean",
+        "sd_f",
+        "sd_y",
+        "lower95",
+        "lower50",
+        "upper50",
+        "upper95",
+        "beyond_data",
+    ]
+    assert len(table) == idata.constant_data["X_pred"].shape[0]
+    # Mixture mean of the stored per-draw means; intervals nested around it; sd_y > sd_f (noise).
+    np.testing.assert_allclose(
+        table["mean"], idata.predictions["f_mean"].values.mean(axis=(0, 1)), rtol=1e-10
+    )
+    assert np.all(table["lower95"] < table["lower50"]) and np.all(table["lower50"] < table["mean"])
+    assert np.all(table["mean"] < table["upper50"]) and np.all(table["upper50"] < table["upper95"])
+    assert np.all(table["sd_y"] > table["sd_f"])
+    assert table["beyond_data"].any() and not table["beyond_data"].all()
+    report = (snelson_run / "report.txt").read_text()
+    for needle in (
+        "Hyperparameters",
+        "lengthscale",
+        "r_hat",
+        "Verdict",
+        "divergent",
+        "Results in",
+        "PSIS-LOO",
+    ):
+        assert needle in report
+
+
+def test_fit_prints_progress_and_report(tmp_path, capsys):
+    out = tmp_path / "res"
+    argv = ["fit", "--dataset", "snelson", "--num-inducing", "6", "--chains", "1", "--draws", "20"]
+    status, stdout, stderr = run_cli([*argv, "--warmup", "20", "--no-plots", "--out", out], capsys)
+    assert status == 0
+    assert "Sampling: 1 chain(s)" in stderr and "Compiling" in stderr
+    assert re.search(r"\d+/40", stderr), "no NumPyro progress bar over the 20 + 20 iterations"
+    assert f"Results in {out}" in stdout and "Verdict" in stdout
+    assert not (out / "trace.png").exists() and (out / "inference.nc").exists()
+
+
+def test_ctrl_c_while_writing_leaves_nothing(snelson_run, tmp_path, capsys, monkeypatch):
+    """An interrupt after inference.nc is written (here: while plotting) removes the whole folder."""
+    import bayes_rbfn.inference
+    import bayes_rbfn.plots
+
+    idata = az.from_netcdf(snelson_run / "inference.nc")
+    monkeypatch.setattr(bayes_rbfn.inference, "fit", lambda *a, **k: idata)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bayes_rbfn.plots, "plot_trace", interrupted)
+    before = listing(tmp_path)
+    status, _, stderr = run_cli(
+        ["fit", "--dataset", "snelson", "--num-inducing", "8", "--out", tmp_path / "r"], capsys
+    )
+    assert status == 130
+    assert "interrupted; nothing was written" in stderr and "Traceback" not in stderr
+    assert listing(tmp_path) == before
+
+
+def test_overwrite_replaces_an_existing_folder(snelson_run, tmp_path, capsys, monkeypatch):
+    import bayes_rbfn.inference
+
+    idata = az.from_netcdf(snelson_run / "inference.nc")
+    monkeypatch.setattr(bayes_rbfn.inference, "fit", lambda *a, **k: idata)
+    out = tmp_path / "old"
+    out.mkdir()
+    (out / "notes.txt").write_text("old results")
+    argv = ["fit", "--dataset", "snelson", "--num-inducing", "8", "--quiet", "--out", out]
+    status, _, stderr = run_cli(argv, capsys)
+    assert status == 2 and "use --overwrite" in stderr
+    assert listing(out) == {"notes.txt"}
+    status, _, _ = run_cli([*argv, "--overwrite"], capsys)
+    assert status == 0
+    assert not (out / "notes.txt").exists() and (out / "inference.nc").exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# End to end on a CSV written here (subprocess: the real `python -m bayes_rbfn` entry point)
+
+
+def test_fit_csv_in_a_subprocess(tmp_path):
+    rng = np.random.default_rng(7)
+    n = 60
+    a, b = rng.uniform(0, 5, n), rng.uniform(-2, 2, n)
+    y = np.sin(a) + 0.5 * b + 0.1 * rng.standard_normal(n) + 10.0
+    frame = pd.DataFrame({"a": a, "b": b, "label": "x", "y": y})
+    frame.loc[[3, 17], "y"] = [np.nan, np.inf]  # two rows to drop, with a message
+    csv = tmp_path / "measurements.csv"
+    frame.to_csv(csv, index=False)
+    out = tmp_path / "fit of my data"
+    argv = [csv, "--x", "a", "b", "--y", "y", "--num-inducing", "12", "--chains", "2", "--draws", "40"]
+    argv += ["--warmup", "40", "--seed", "3", "--out", out]
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "bayes_rbfn", "fit", *map(str, argv)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Dropped 2 of 60 rows" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"Results in {out}" in proc.stdout and "Hyperparameters" in proc.stdout
+
+    idata = check_contract(out, D=2)
+    assert idata.observed_data["y"].size == 58
+    assert idata.posterior["lengthscale"].shape[-1] == 2  # ARD: one lengthscale per input
+    # Several inputs: the prediction inputs are the training inputs.
+    np.testing.assert_array_equal(idata.constant_data["X_pred"].values, idata.constant_data["X"].values)
+    check_stored_predictive(idata)
+
+
+# --------------------------------------------------------------------------------------------------
+# Grouped data (the hierarchical model)
+
+
+def test_fit_grouped_csv(tmp_path, capsys):
+    rng = np.random.default_rng(11)
+    rows = []
+    for g, (shift, scale) in enumerate([(0.0, 1.0), (2.0, 0.5), (-1.0, 2.0)]):
+        t = np.sort(rng.uniform(0, 10, 15))
+        rows += [
+            {"t": ti, "series": f"s{g}", "v": shift + scale * np.sin(ti) + 0.1 * rng.standard_normal()}
+            for ti in t
+        ]
+    csv = tmp_path / "panel.csv"
+    pd.DataFrame(rows).to_csv(csv, index=False)
+    out = tmp_path / "grouped"
+    argv = [
+        "fit",
+        csv,
+        "--x",
+        "t",
+        "--y",
+        "v",
+        "--group",
+        "series",
+        "--num-inducing",
+        "6",
+        *SMALL,
+        "--out",
+        out,
+    ]
+    status, stdout, stderr = run_cli(argv, capsys)
+    assert status == 0, stderr
+    assert "grouped model" in stdout
+    idata = check_contract(out, D=1)
+    assert idata.posterior.attrs["bayes_rbfn_model"] == "grouped"
+    assert idata.posterior["noise"].shape[-1] == 3
+    table = pd.read_csv(out / "predictions.csv")
+    assert set(table["group"]) == {"s0", "s1", "s2"}
+
+
+# --------------------------------------------------------------------------------------------------
+# The default data set, model and kernel (the main job, with fewer draws)
+
+
+def test_main_job_defaults_on_co2(tmp_path, capsys):
+    """`bayes-rbfn fit` fits the co2 kernel to the packaged CO2 record and predicts past 2001."""
+    out = tmp_path / "co2"
+    argv = ["fit", "--chains", "1", "--draws", "15", "--warmup", "15", "--num-inducing", "16", "--no-plots"]
+    status, stdout, stderr = run_cli([*argv, "--quiet", "--out", out], capsys)
+    assert status == 0, stderr
+    idata = az.from_netcdf(out / "inference.nc")
+    attrs = idata.posterior.attrs
+    assert attrs["bayes_rbfn_model"] == "sor" and attrs["bayes_rbfn_kernel"] == "co2"
+    assert "seasonal_variance" in idata.posterior and "medium_lengthscale" in idata.posterior
+    co2 = load_dataset("co2")
+    assert idata.observed_data["y"].size == co2.y.size
+    assert idata.constant_data["X_pred"].values.max() > co2.X.max() + 4.0  # years past the end
+    assert "co2_ppmv" in stdout
+
+
+# --------------------------------------------------------------------------------------------------
+# --help, datasets
+
+
+def test_help_explains_every_option(capsys):
+    status, stdout, _ = run_cli(["--help"], capsys)
+    assert status == 0 and "fit" in stdout and "datasets" in stdout
+    status, stdout, _ = run_cli(["fit", "--help"], capsys)
+    assert status == 0
+    for option in (
+        "--x", "--y", "--group", "--dataset", "--strict", "--model", "--kernel", "--num-inducing", "--chains",
+        "--draws", "--warmup", "--seed", "--out", "--overwrite", "--x-pred-extend", "--target-accept",
+        "--quiet", "--no-plots",
+    ):  # fmt: skip
+        assert option in stdout, option
+    from bayes_rbfn.families import FAMILIES
+    from bayes_rbfn.models import available_models
+
+    for name in [*available_models(), *FAMILIES]:
+        assert re.search(rf"^\s+{re.escape(name)}\s", stdout, re.M), f"{name} not listed in fit --help"
+    status, stdout, _ = run_cli(["datasets", "--help"], capsys)
+    assert status == 0
+
+
+def test_datasets_lists_the_packaged_data(capsys):
+    status, stdout, _ = run_cli(["datasets"], capsys)
+    assert status == 0
+    for name in ("co2", "snelson", "fertility"):
+        assert re.search(rf"^\s+{name}\s", stdout, re.M)
+    assert "[default]" in stdout
+
+
+def test_commands_are_one_table():
+    """Subcommands are registered in cli.COMMANDS and each becomes a subparser with --help."""
+    assert {"fit", "datasets"} <= set(cli.COMMANDS)
+    parser = cli.build_parser()
+    for name in cli.COMMANDS:
+        with pytest.raises(SystemExit) as done:
+            parser.parse_args([name, "--help"])
+        assert done.value.code == 0
+
+
+# --------------------------------------------------------------------------------------------------
+# README quick start: exactly two commands, the ones CI and this file exercise
+
+README = ROOT / "README.md"
+TEST_COMMAND = 'pip install -e ".[test]" && python -m pytest -q'
+MAIN_JOB_COMMAND = "pip install -e . && bayes-rbfn fit"
+
+
+def quick_start_commands() -> list[str]:
+    text = README.read_text(encoding="utf-8")
+    section = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^    \$ (.*)$", section, re.M)
+
+
+def test_readme_quick_start_has_exactly_the_two_commands():
+    assert quick_start_commands() == [MAIN_JOB_COMMAND, TEST_COMMAND]
+
+
+def test_readme_test_command_is_what_ci_runs():
+    """Run .ci/run's own extraction line on the README: it must yield the test command."""
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    extraction = next(line for line in ci.splitlines() if line.startswith("cmd=$("))
+    proc = subprocess.run(
+        ["bash", "-c", f'{extraction}\nprintf "%s" "$cmd"'],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert proc.stdout == TEST_COMMAND
+
+
+def test_readme_main_job_command_parses():
+    """The main-job command's CLI part is accepted by the parser as `fit` with every default."""
+    cli_part = MAIN_JOB_COMMAND.split("&&")[-1].strip()
+    tokens = shlex.split(cli_part)
+    assert tokens[0] == "bayes-rbfn"
+    args = cli.build_parser().parse_args(tokens[1:])
+    assert args.command == "fit"
+    assert args.data is None and args.dataset is None and args.model is None and args.kernel is None
+    assert (args.chains, args.draws, args.warmup) == (
+        cli.DEFAULT_CHAINS,
+        cli.DEFAULT_DRAWS,
+        cli.DEFAULT_WARMUP,
+    )
+    # The console script the README calls is the one pyproject declares.
+    assert 'bayes-rbfn = "bayes_rbfn.cli:main"' in (ROOT / "pyproject.toml").read_text(encoding="utf-8")

@@ -1,0 +1,336 @@
+"""Bad input to the command line (DESIGN §6): every case exits with status 2, prints one clear line
+``bayes-rbfn: error: ...`` without a traceback, and writes nothing. Ctrl-C during sampling exits 130 and
+writes nothing.
+
+None of these tests samples: the CLI validates everything before NUTS starts, and an autouse fixture
+makes any call of ``fit`` fail the test.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import bayes_rbfn.inference
+from bayes_rbfn import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def no_sampling(monkeypatch, tmp_path):
+    """Fail if any case reaches NUTS; run in tmp_path so a default output folder would land there."""
+
+    def fit(*args, **kwargs):
+        raise AssertionError("fit() was called: bad input must be refused before sampling")
+
+    monkeypatch.setattr(bayes_rbfn.inference, "fit", fit)
+    monkeypatch.chdir(tmp_path)
+
+
+def listing(folder: Path) -> dict[str, bytes | None]:
+    """Every path below ``folder`` (hidden ones included) with its content (None for folders)."""
+    return {str(p.relative_to(folder)): (_read(p) if p.is_file() else None) for p in folder.rglob("*")}
+
+
+def _read(path: Path) -> bytes:
+    with open(path, "rb") as fh:  # the builtin, which test_unreadable_file_simulated leaves alone
+        return fh.read()
+
+
+def refuse(argv, capsys, tmp_path: Path, *needles: str) -> str:
+    """Run the CLI; assert exit status 2, a one-line message with every needle, nothing written."""
+    before = listing(tmp_path)
+    status = cli.main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    assert status == 2, captured.err
+    assert "Traceback" not in captured.err
+    errors = [line for line in captured.err.splitlines() if line.startswith("bayes-rbfn: error: ")]
+    assert len(errors) == 1, captured.err
+    for needle in needles:
+        assert needle in errors[0], f"{needle!r} not in {errors[0]!r}"
+    assert captured.out == ""
+    assert listing(tmp_path) == before, "something was written"
+    return errors[0]
+
+
+@pytest.fixture
+def good_csv(tmp_path):
+    rng = np.random.default_rng(0)
+    t = np.linspace(0, 10, 30)
+    path = tmp_path / "good.csv"
+    pd.DataFrame({"t": t, "s": rng.normal(size=30), "y": np.sin(t) + 0.1 * rng.normal(size=30)}).to_csv(
+        path, index=False
+    )
+    return path
+
+
+def fit_csv(path, *extra):
+    return ["fit", path, "--x", "t", "--y", "y", "--out", "res", *extra]
+
+
+# --------------------------------------------------------------------------------------------------
+# Files
+
+
+def test_missing_file(capsys, tmp_path):
+    refuse(fit_csv(tmp_path / "nope.csv"), capsys, tmp_path, "nope.csv", "file not found")
+
+
+def test_directory_instead_of_file(capsys, tmp_path):
+    (tmp_path / "folder.csv").mkdir()
+    refuse(fit_csv(tmp_path / "folder.csv"), capsys, tmp_path, "is a directory")
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root reads any file")
+def test_unreadable_file(capsys, tmp_path, good_csv):
+    good_csv.chmod(0)
+    try:
+        refuse(fit_csv(good_csv), capsys, tmp_path, "cannot be read")
+    finally:
+        good_csv.chmod(0o644)
+
+
+def test_unreadable_file_simulated(capsys, tmp_path, good_csv, monkeypatch):
+    """Permission denied, also when the tests run as root (who can read a chmod-0 file)."""
+    real_open = Path.open
+
+    def denied(self, *args, **kwargs):
+        if self == good_csv:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", denied)
+    refuse(fit_csv(good_csv), capsys, tmp_path, "good.csv", "cannot be read", "permission denied")
+
+
+def test_binary_file_is_not_csv(capsys, tmp_path):
+    path = tmp_path / "image.csv"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8)
+    refuse(fit_csv(path), capsys, tmp_path, "image.csv")
+
+
+def test_text_without_columns_is_not_csv(capsys, tmp_path):
+    path = tmp_path / "notes.csv"
+    path.write_text("just some words here\nand more words\n")
+    refuse(fit_csv(path), capsys, tmp_path, "does not look like a CSV file")
+
+
+def test_empty_file(capsys, tmp_path):
+    path = tmp_path / "empty.csv"
+    path.write_bytes(b"")
+    refuse(fit_csv(path), capsys, tmp_path, "is empty")
+
+
+def test_header_only(capsys, tmp_path):
+    path = tmp_path / "header.csv"
+    path.write_text("t,y\n")
+    refuse(fit_csv(path), capsys, tmp_path, "no data rows")
+
+
+# --------------------------------------------------------------------------------------------------
+# Columns and values
+
+
+def test_unknown_column_lists_the_columns(capsys, tmp_path, good_csv):
+    message = refuse(["fit", good_csv, "--x", "time", "--y", "y"], capsys, tmp_path, "'time'")
+    for column in ("t", "s", "y"):
+        assert f"'{column}'" in message or column in message
+
+
+def test_unknown_target_column(capsys, tmp_path, good_csv):
+    refuse(["fit", good_csv, "--x", "t", "--y", "Y"], capsys, tmp_path, "'Y'")
+
+
+def test_non_numeric_values(capsys, tmp_path):
+    path = tmp_path / "words.csv"
+    path.write_text("t,y\n1,2.0\n2,abc\n3,4.5\n4,5.5\n")
+    refuse(fit_csv(path), capsys, tmp_path, "'y'", "non-numeric", "'abc'")
+
+
+def test_missing_values_refused_with_strict(capsys, tmp_path):
+    path = tmp_path / "gaps.csv"
+    path.write_text("t,y\n1,2.0\n2,\n3,inf\n4,5.5\n5,1.0\n6,2.5\n")
+    refuse(fit_csv(path, "--strict"), capsys, tmp_path, "2 of 6 rows", "strict")
+
+
+def test_too_few_rows(capsys, tmp_path):
+    path = tmp_path / "short.csv"
+    path.write_text("t,y\n1,2.0\n2,3.0\n")
+    refuse(fit_csv(path), capsys, tmp_path, "only 2 usable row(s)", "at least 3")
+
+
+def test_too_few_rows_after_dropping(capsys, tmp_path):
+    path = tmp_path / "mostly_nan.csv"
+    path.write_text("t,y\n1,2.0\n2,nan\n3,\n4,3.0\n")
+    refuse(fit_csv(path), capsys, tmp_path, "only 2 usable row(s)", "dropping 2")
+
+
+def test_constant_target(capsys, tmp_path):
+    path = tmp_path / "flat.csv"
+    path.write_text("t,y\n1,4\n2,4\n3,4\n4,4\n")
+    refuse(fit_csv(path), capsys, tmp_path, "constant", "nothing to fit")
+
+
+def test_num_inducing_larger_than_distinct_inputs(capsys, tmp_path):
+    path = tmp_path / "repeats.csv"
+    path.write_text("t,y\n" + "".join(f"{i % 5},{np.sin(i):.4f}\n" for i in range(40)))
+    refuse(
+        fit_csv(path, "--num-inducing", "6"), capsys, tmp_path, "--num-inducing 6", "5 distinct", "at most 5"
+    )
+
+
+def test_num_inducing_larger_than_packaged_data(capsys, tmp_path):
+    refuse(["fit", "--dataset", "snelson", "--num-inducing", "500"], capsys, tmp_path, "200 distinct")
+
+
+# --------------------------------------------------------------------------------------------------
+# Options
+
+
+@pytest.mark.parametrize("option", ["--chains", "--draws", "--warmup", "--num-inducing", "--max-tree-depth"])
+@pytest.mark.parametrize("value", ["0", "-3", "two", "1.5"])
+def test_non_positive_counts(capsys, tmp_path, option, value):
+    refuse(["fit", option, value], capsys, tmp_path, f"argument {option}", "positive whole number")
+
+
+@pytest.mark.parametrize(
+    ("option", "name", "valid"),
+    [
+        ("--model", "sorr", ["sor", "rbfn", "exact", "grouped"]),
+        ("--kernel", "gaussian", ["se", "matern52", "periodic", "co2"]),
+        ("--dataset", "mauna_loa", ["co2", "snelson", "fertility"]),
+    ],
+    ids=["model", "kernel", "dataset"],
+)
+def test_unknown_names_list_the_valid_ones(capsys, tmp_path, option, name, valid):
+    message = refuse(
+        ["fit", option, name],
+        capsys,
+        tmp_path,
+        f"unknown {option[2:].replace('dataset', 'data set')} {name!r}",
+    )
+    for v in valid:
+        assert v in message
+
+
+def test_every_registered_model_is_accepted_by_name():
+    """--model reads the registry at run time: every registered model is a valid choice."""
+    from bayes_rbfn.models import available_models
+
+    parser = cli.build_parser()
+    for name in available_models():
+        assert parser.parse_args(["fit", "--model", name]).model == name
+
+
+@pytest.mark.parametrize("value", ["0", "1", "1.5", "high"])
+def test_target_accept_out_of_range(capsys, tmp_path, value):
+    refuse(["fit", "--target-accept", value], capsys, tmp_path, "--target-accept")
+
+
+def test_negative_extension(capsys, tmp_path):
+    refuse(["fit", "--x-pred-extend", "-0.1"], capsys, tmp_path, "--x-pred-extend")
+
+
+def test_unknown_option(capsys, tmp_path):
+    refuse(["fit", "--chain", "2"], capsys, tmp_path, "unrecognized arguments", "--help")
+
+
+def test_unknown_command(capsys, tmp_path):
+    refuse(["fitt"], capsys, tmp_path, "invalid choice", "fit")
+
+
+def test_no_command(capsys, tmp_path):
+    refuse([], capsys, tmp_path, "choose a command", "fit", "datasets")
+
+
+def test_file_and_dataset_together(capsys, tmp_path, good_csv):
+    refuse([*fit_csv(good_csv), "--dataset", "co2"], capsys, tmp_path, "either a CSV file or --dataset")
+
+
+def test_file_without_columns(capsys, tmp_path, good_csv):
+    refuse(["fit", good_csv], capsys, tmp_path, "--x COL", "--y COL")
+
+
+def test_columns_without_file(capsys, tmp_path):
+    refuse(["fit", "--x", "t", "--y", "y"], capsys, tmp_path, "--x/--y", "CSV file")
+
+
+def test_grouped_model_without_groups(capsys, tmp_path, good_csv):
+    refuse([*fit_csv(good_csv), "--model", "grouped"], capsys, tmp_path, "needs grouped data", "--group")
+
+
+def test_group_column_with_ungrouped_model(capsys, tmp_path, good_csv):
+    refuse(
+        [*fit_csv(good_csv), "--group", "s", "--model", "sor"],
+        capsys,
+        tmp_path,
+        "--group needs a grouped model",
+    )
+
+
+def test_same_column_twice(capsys, tmp_path, good_csv):
+    refuse(["fit", good_csv, "--x", "t", "--y", "t"], capsys, tmp_path, "both an input")
+
+
+# --------------------------------------------------------------------------------------------------
+# The output folder
+
+
+def test_existing_non_empty_output_folder(capsys, tmp_path, good_csv):
+    (tmp_path / "res").mkdir()
+    (tmp_path / "res" / "old.txt").write_text("keep me")
+    refuse(fit_csv(good_csv), capsys, tmp_path, "not empty", "--overwrite")
+    assert (tmp_path / "res" / "old.txt").read_text() == "keep me"
+
+
+def test_output_folder_is_a_file(capsys, tmp_path, good_csv):
+    (tmp_path / "res").write_text("a file")
+    refuse(fit_csv(good_csv), capsys, tmp_path, "not a folder")
+
+
+# --------------------------------------------------------------------------------------------------
+# Ctrl-C
+
+
+def test_ctrl_c_during_sampling_writes_nothing(capsys, tmp_path, good_csv, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bayes_rbfn.inference, "fit", interrupted)
+    before = listing(tmp_path)
+    status = cli.main([str(a) for a in fit_csv(good_csv)])
+    captured = capsys.readouterr()
+    assert status == 130
+    assert "bayes-rbfn: error: interrupted; nothing was written" in captured.err
+    assert "Traceback" not in captured.err
+    assert listing(tmp_path) == before
+
+
+# --------------------------------------------------------------------------------------------------
+# The real entry point
+
+
+def test_bad_input_in_a_subprocess(tmp_path):
+    """`python -m bayes_rbfn`: exit status 2, one line on stderr, no traceback, nothing written."""
+    path = tmp_path / "data.csv"
+    path.write_text("time,value\n1,2\n2,3\n3,5\n4,4\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "bayes_rbfn", "fit", str(path), "--x", "t", "--y", "value", "--out", "res"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bayes-rbfn: error: ")
+    assert "'t'" in lines[0] and "time" in lines[0] and "value" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.csv"]
