@@ -32,9 +32,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import json
 import logging
 import os
 import shlex
+import shutil
 import sys
 import time
 import warnings
@@ -87,6 +89,12 @@ DEFAULT_DRAWS = 500
 DEFAULT_WARMUP = 500
 DEFAULT_TARGET_ACCEPT = 0.8
 DEFAULT_EXTEND = 0.1
+#: Iterations between checkpoints of ``bayes-rbfn fit`` (see bayes_rbfn.checkpoint).
+DEFAULT_CHECKPOINT_EVERY = 50
+#: Suffix of the checkpoint folder next to the output folder, and the record of the run kept in it.
+PARTIAL_SUFFIX = ".partial"
+RUN_RECORD = "run.json"
+RUN_FORMAT = "bayes_rbfn.fit-run"
 #: Fewest usable rows of a CSV file.
 MIN_ROWS = 3
 #: Prediction inputs on the grid of a one-input fit, and per group for grouped data.
@@ -373,9 +381,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UserError, InputError) as err:
         console.error(str(err))
         return EXIT_USAGE
+    except Interrupted as err:
+        console.error(str(err))
+        return EXIT_INTERRUPTED
     except KeyboardInterrupt:
         console.error("interrupted; nothing was written")
         return EXIT_INTERRUPTED
+    except ValueError as err:
+        from bayes_rbfn.checkpoint import CheckpointError
+
+        if not isinstance(err, CheckpointError):
+            raise
+        console.error(f"cannot resume: {err}; nothing was changed")
+        return EXIT_USAGE
     finally:
         # Leave the environment as found: the flag has done its work once the backend is up.
         if saved_flags is None:
@@ -459,6 +477,23 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
         f"(default {DEFAULT_EXTEND})",
     )
     output.add_argument("--no-plots", action="store_true", help="do not draw the PNG plots")
+
+    resume = parser.add_argument_group("interrupted runs")
+    resume.add_argument(
+        "--checkpoint-every",
+        type=_positive_int,
+        default=DEFAULT_CHECKPOINT_EVERY,
+        metavar="N",
+        help="save the sampler's state and draws every N iterations into DIR.partial next to the output "
+        f"folder, removed when the run completes (default {DEFAULT_CHECKPOINT_EVERY})",
+    )
+    resume.add_argument(
+        "--resume",
+        metavar="DIR",
+        type=Path,
+        help="continue an interrupted fit whose output folder was DIR (or give DIR.partial itself); "
+        "takes no other option but --quiet: the run's own options are saved with it",
+    )
 
 
 def _data_arguments(parser: argparse.ArgumentParser, default_dataset: str, grouped: bool) -> None:
@@ -786,19 +821,140 @@ def _slug(name: str) -> str:
 )
 def _run_fit(args: argparse.Namespace, console: Console) -> int:
     start = time.perf_counter()
+    resuming = args.resume is not None
+    if resuming:
+        partial, args = _resume_args(args)
     configure_jax()
     with _quiet_libraries():
         plan = _plan_fit(args, console)
-        _announce(plan, console)
-        t_sample = time.perf_counter()
-        idata = _sample(plan, console)
-        sampling_seconds = time.perf_counter() - t_sample
-        console.say("Summarising: diagnostics, PSIS-LOO, predictive intervals ...")
-        results = _summarise(plan, idata)
-        idata.posterior.attrs["bayes_rbfn_command"] = _command_line(args)
-        idata.posterior.attrs["bayes_rbfn_data"] = plan.source
-        _write_outputs(plan, args, idata, results, console, start, sampling_seconds)
+        if not resuming:
+            partial = _partial_dir(plan.out)
+            _start_partial(partial, args, plan.out)
+        try:
+            _announce(plan, console)
+            if resuming:
+                console.say(f"Resuming from {partial} ...")
+            t_sample = time.perf_counter()
+            idata = _sample(plan, console, checkpoint=partial / "sampler", chunk_size=args.checkpoint_every)
+            sampling_seconds = time.perf_counter() - t_sample
+            console.say("Summarising: diagnostics, PSIS-LOO, predictive intervals ...")
+            results = _summarise(plan, idata)
+            idata.posterior.attrs["bayes_rbfn_command"] = _command_line(args)
+            idata.posterior.attrs["bayes_rbfn_data"] = plan.source
+            _write_outputs(plan, args, idata, results, console, start, sampling_seconds)
+        except KeyboardInterrupt:
+            raise _interrupted(partial, plan.out, resuming) from None
+        shutil.rmtree(partial, ignore_errors=True)
     return 0
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during sampling; ``str()`` says what was kept and how to go on."""
+
+
+def _partial_dir(out: Path) -> Path:
+    """The checkpoint folder of the output folder ``out``: ``out.partial`` next to it."""
+    out = Path(out)
+    return out.with_name(out.name + PARTIAL_SUFFIX)
+
+
+def _start_partial(partial: Path, args: argparse.Namespace, out: Path) -> None:
+    """Refuse a leftover checkpoint (unless --overwrite) and record the run's options for --resume."""
+    from bayes_rbfn.output import atomic_write_bytes
+
+    if partial.exists() or partial.is_symlink():
+        if not args.overwrite:
+            raise UserError(
+                f"{partial} holds an interrupted run for this output folder: continue it with "
+                f"'{PROG} fit --resume {partial.with_name(partial.name[: -len(PARTIAL_SUFFIX)])}', "
+                "or add --overwrite to start afresh"
+            )
+        if partial.is_dir() and not partial.is_symlink():
+            shutil.rmtree(partial)
+        else:
+            partial.unlink()
+    partial.mkdir(parents=True)
+    record = {
+        "format": RUN_FORMAT,
+        "version": 1,
+        "argv": list(args.argv),
+        "out": str(Path(out).absolute()),
+        "package": _version(),
+    }
+    atomic_write_bytes(partial / RUN_RECORD, json.dumps(record, indent=1).encode("utf-8"))
+
+
+def _interrupted(partial: Path, out: Path, resuming: bool) -> BaseException:
+    """The exception to raise after Ctrl-C during sampling: keep a checkpoint that holds draws."""
+    from bayes_rbfn.checkpoint import CheckpointError, read_checkpoint
+
+    try:
+        info = read_checkpoint(partial / "sampler")
+    except CheckpointError:
+        info = None
+    if info is None or info.iterations_done == 0:
+        if not resuming:
+            shutil.rmtree(partial, ignore_errors=True)
+        return KeyboardInterrupt()
+    return Interrupted(
+        f"interrupted; no results were written. {info.iterations_done} of {info.total_iterations} "
+        f"iterations are saved in {partial}: continue with '{PROG} fit --resume {out}'"
+    )
+
+
+def _resume_args(args: argparse.Namespace) -> tuple[Path, argparse.Namespace]:
+    """The checkpoint folder named by ``--resume`` and the options of the run saved in it."""
+    given = [
+        name
+        for name, value in vars(args).items()
+        if name not in ("resume", "quiet", "argv", "command") and value != _fit_defaults().get(name)
+    ]
+    if given:
+        options = ", ".join("--" + name.replace("_", "-") if name != "data" else "DATA.csv" for name in given)
+        raise UserError(
+            "--resume takes no other option but --quiet (the run's own options are saved with it); "
+            f"got {options}"
+        )
+    folder = Path(args.resume)
+    candidates = [folder, _partial_dir(folder)] if not folder.name.endswith(PARTIAL_SUFFIX) else [folder]
+    partial = next((c for c in candidates if (c / RUN_RECORD).is_file()), None)
+    if partial is None:
+        raise UserError(
+            f"--resume {folder}: no interrupted run there (neither {folder} nor {_partial_dir(folder)} holds "
+            f"a {RUN_RECORD} of '{PROG} fit')"
+        )
+    try:
+        record = json.loads((partial / RUN_RECORD).read_text(encoding="utf-8"))
+        if record.get("format") != RUN_FORMAT:
+            raise ValueError("not a record of bayes-rbfn fit")
+        argv = [str(a) for a in record["argv"]]
+        out = Path(record["out"])
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise UserError(
+            f"--resume {folder}: {partial / RUN_RECORD} is corrupt ({err}); nothing was changed"
+        ) from None
+    from bayes_rbfn.checkpoint import CheckpointError, read_checkpoint
+
+    try:
+        read_checkpoint(partial / "sampler")
+    except CheckpointError as err:
+        raise UserError(f"--resume {folder}: cannot continue: {err}; nothing was changed") from None
+    saved = build_parser().parse_args(argv)
+    if saved.command != "fit" or saved.resume is not None:
+        raise UserError(f"--resume {folder}: {partial / RUN_RECORD} is not a record of '{PROG} fit'")
+    saved.quiet = saved.quiet or args.quiet
+    saved.argv = argv
+    if _partial_dir(out).absolute() != partial.absolute():
+        raise UserError(f"--resume {folder}: {partial} does not belong to the output folder {out}")
+    if out.exists() and any(out.iterdir()) and not saved.overwrite:
+        raise UserError(f"--resume {folder}: the output folder {out} exists and is not empty")
+    saved.out = out
+    return partial, saved
+
+
+def _fit_defaults() -> dict:
+    """Every ``fit`` option at its default (to detect options given together with --resume)."""
+    return vars(build_parser().parse_args(["fit"]))
 
 
 def _command_line(args: argparse.Namespace) -> str:
@@ -835,7 +991,7 @@ def _announce(plan: FitPlan, console: Console) -> None:
     )
 
 
-def _sample(plan: FitPlan, console: Console) -> Any:
+def _sample(plan: FitPlan, console: Console, checkpoint: Path | None = None, chunk_size: int = 50) -> Any:
     from bayes_rbfn.inference import fit
 
     d = plan.data
@@ -857,6 +1013,8 @@ def _sample(plan: FitPlan, console: Console) -> Any:
         dense_mass=plan.dense_mass,
         max_tree_depth=plan.max_tree_depth,
         check_diagnostics=False,
+        checkpoint=checkpoint,
+        chunk_size=chunk_size,
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import os
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -27,6 +28,7 @@ from numpyro.infer import MCMC, NUTS, init_to_median
 
 from bayes_rbfn import diagnostics
 from bayes_rbfn._validation import check_positive, check_X, check_y, check_Z
+from bayes_rbfn.checkpoint import DEFAULT_CHUNK_SIZE, fingerprint, sample_in_chunks
 from bayes_rbfn.families import FAMILIES, data_scales, get_family
 from bayes_rbfn.inducing import select_inducing
 from bayes_rbfn.models import ModelConfig, ModelSpec, get_model
@@ -154,6 +156,8 @@ def fit(
     check_diagnostics: bool = True,
     shard: Any = False,
     log_likelihood: bool = True,
+    checkpoint: str | os.PathLike[str] | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> az.InferenceData:
     """Fit a model of the collection with NUTS and return ArviZ InferenceData (DESIGN §6).
 
@@ -185,6 +189,12 @@ def fit(
             using all devices (chains in parallel, one per device, is the default without ``shard``).
         log_likelihood: store the pointwise LOO conditionals (N values per draw; turn off for very large
             N, where they take N × draws × 8 bytes).
+        checkpoint: a folder; sample in chunks of ``chunk_size`` iterations and save the draws and the
+            sampler's state there after each one (:mod:`bayes_rbfn.checkpoint`). If the folder already
+            holds a checkpoint of the same call (same data, priors and settings), sampling continues from
+            it and the result equals that of an uninterrupted run, draw for draw. The folder is left in
+            place; delete it once the result is saved.
+        chunk_size: iterations per chunk with ``checkpoint``.
 
     Returns:
         InferenceData with groups posterior, sample_stats, observed_data (y), constant_data (X, Z, X_pred,
@@ -260,12 +270,44 @@ def fit(
         # JAX's persistent compilation cache, see bayes_rbfn.runtime.enable_compilation_cache).
         jit_model_args=True,
     )
+    model_args = (data, _numeric_values(config.priors))
     with warnings.catch_warnings(), single_threaded_blas():
         # NumPyro warns when chains > devices; the vectorised fallback is deliberate.
         warnings.filterwarnings("ignore", message="There are not enough devices")
-        mcmc.run(jax.random.PRNGKey(seed), data, _numeric_values(config.priors), extra_fields=_EXTRA_FIELDS)
-        samples = mcmc.get_samples(group_by_chain=True)
-        stats = mcmc.get_extra_fields(group_by_chain=True)
+        if checkpoint is None:
+            mcmc.run(jax.random.PRNGKey(seed), *model_args, extra_fields=_EXTRA_FIELDS)
+            samples = mcmc.get_samples(group_by_chain=True)
+            stats = mcmc.get_extra_fields(group_by_chain=True)
+        else:
+            settings = {
+                "model": spec.name,
+                "family": family.name,
+                "fixed": {k: np.asarray(v).tolist() for k, v in sorted(fixed.items())},
+                "hyperprior": bool(hyperprior),
+                "jitter": jitter,
+                "chains": chains,
+                "warmup": warmup,
+                "draws": draws,
+                "seed": seed,
+                "target_accept": target_accept,
+                "dense_mass": bool(dense_mass),
+                "max_tree_depth": max_tree_depth,
+                "chunk_size": _positive_int(chunk_size, "chunk_size"),
+            }
+            parallel = _chain_method(chains, chain_method) == "parallel"
+            samples, stats = sample_in_chunks(
+                kernel_nuts,
+                jax.random.PRNGKey(seed),
+                model_args,
+                chains=chains,
+                warmup=warmup,
+                draws=draws,
+                folder=checkpoint,
+                run_fingerprint=fingerprint(model_args, settings),
+                chunk_size=chunk_size,
+                parallel=parallel and chains > 1,
+                progress=progress,
+            )
         idata = _to_inference_data(
             spec, config, data, extras, samples, stats, X, y, Z, X_pred, log_likelihood=log_likelihood
         )

@@ -1,0 +1,248 @@
+"""Interrupted runs lose nothing (issue 8): chunked sampling with checkpoints, `bayes-rbfn fit --resume`.
+
+What is proved:
+* the chunked sampler (bayes_rbfn.checkpoint) returns NumPyro's own MCMC draws bit for bit, whatever the
+  chunk size — so checkpointing changes nothing about the result;
+* a `bayes-rbfn fit` process killed (SIGKILL) after its first saved chunk and resumed with `--resume`
+  ends with the same inference.nc posterior, draw for draw, as a run that was never interrupted; so does
+  an in-process Ctrl-C;
+* a corrupt checkpoint (a flipped byte, a truncated manifest) and a foreign folder are refused with exit
+  status 2 and a message, and are left exactly as they were.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import arviz as az
+import numpy as np
+import pytest
+
+from bayes_rbfn import checkpoint, cli, fit
+
+pytestmark = pytest.mark.filterwarnings("ignore:Estimated shape parameter of Pareto")
+
+#: A small fit whose sampling takes long enough (hundreds of iterations) to be killed part-way.
+RUN = [
+    "--num-inducing",
+    "6",
+    "--chains",
+    "2",
+    "--warmup",
+    "150",
+    "--draws",
+    "150",
+    "--checkpoint-every",
+    "10",
+]
+
+
+def write_data(path: Path, n: int = 40, seed: int = 1) -> Path:
+    rng = np.random.default_rng(seed)
+    x = np.sort(rng.uniform(0.0, 6.0, n))
+    y = np.sin(x) + 0.2 * rng.normal(size=n)
+    path.write_text("t,v\n" + "".join(f"{a:.17g},{b:.17g}\n" for a, b in zip(x, y, strict=True)))
+    return path
+
+
+def fit_argv(csv: Path, out: Path) -> list[str]:
+    return ["fit", str(csv), "--x", "t", "--y", "v", *RUN, "--no-plots", "--quiet", "--out", str(out)]
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """Every file below ``folder`` with the SHA-256 of its content."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def listed_state(sampler: Path) -> str:
+    """The sampler-state file the checkpoint's manifest lists (a stale one may lie beside it)."""
+    files = json.loads((sampler / checkpoint.CHECKPOINT_FILE).read_text())["files"]
+    return next(name for name in files if name.startswith("state-"))
+
+
+def assert_same_posterior(a: Path, b: Path) -> None:
+    post_a = az.from_netcdf(a / "inference.nc").posterior
+    post_b = az.from_netcdf(b / "inference.nc").posterior
+    assert set(post_a.data_vars) == set(post_b.data_vars)
+    for name in post_a.data_vars:
+        np.testing.assert_array_equal(post_a[name].values, post_b[name].values, err_msg=name)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    csv = write_data(folder / "data.csv")
+    out = folder / "res"
+    assert cli.main(fit_argv(csv, out)) == 0
+    assert not (folder / "res.partial").exists(), "the checkpoint folder is removed after a complete run"
+    return csv, out
+
+
+# --------------------------------------------------------------------------------------------------
+# The chunked sampler is NumPyro's sampler
+
+
+def test_chunked_sampling_equals_numpyro_mcmc_draw_for_draw(tmp_path):
+    rng = np.random.default_rng(0)
+    X = np.sort(rng.uniform(0, 5, 30))
+    y = np.sin(X) + 0.1 * rng.normal(size=30)
+    options = dict(num_inducing=6, chains=2, draws=40, warmup=40, progress=False, check_diagnostics=False)
+    reference = fit("sor", X, y, **options)
+    for chunk_size in (7, 80):
+        chunked = fit("sor", X, y, checkpoint=tmp_path / f"c{chunk_size}", chunk_size=chunk_size, **options)
+        for name in reference.posterior.data_vars:
+            np.testing.assert_array_equal(chunked.posterior[name].values, reference.posterior[name].values)
+        for name in ("diverging", "n_steps", "lp", "step_size"):
+            np.testing.assert_array_equal(
+                chunked.sample_stats[name].values, reference.sample_stats[name].values
+            )
+    # a second call on a finished checkpoint of the same run samples nothing and returns the same draws
+    again = fit("sor", X, y, checkpoint=tmp_path / "c7", chunk_size=7, **options)
+    np.testing.assert_array_equal(again.posterior["noise"].values, reference.posterior["noise"].values)
+
+
+def test_checkpoint_of_another_run_is_refused(tmp_path):
+    rng = np.random.default_rng(0)
+    X = np.sort(rng.uniform(0, 5, 30))
+    y = np.sin(X)
+    options = dict(num_inducing=6, chains=1, draws=10, warmup=10, progress=False, check_diagnostics=False)
+    fit("sor", X, y, checkpoint=tmp_path / "ck", chunk_size=5, **options)
+    before = snapshot(tmp_path / "ck")
+    with pytest.raises(checkpoint.CheckpointError, match="different run"):
+        fit("sor", X, y + 1.0, checkpoint=tmp_path / "ck", chunk_size=5, **options)
+    assert snapshot(tmp_path / "ck") == before
+
+
+# --------------------------------------------------------------------------------------------------
+# The command line: kill, Ctrl-C, resume
+
+
+def test_killed_fit_resumes_to_the_uninterrupted_result(uninterrupted, tmp_path):
+    csv, reference = uninterrupted
+    out = tmp_path / "res"
+    manifest = tmp_path / "res.partial" / "sampler" / checkpoint.CHECKPOINT_FILE
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bayes_rbfn", *fit_argv(csv, out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    deadline = time.monotonic() + 240
+    try:
+        while not manifest.is_file():
+            assert proc.poll() is None, f"the fit ended before its first checkpoint: {proc.stderr.read()!r}"
+            assert time.monotonic() < deadline, "no checkpoint within 240 s"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    done = json.loads(manifest.read_text())["iterations_done"]
+    assert 10 <= done < 300, f"killed after {done} iterations: not part-way"
+    assert not out.exists()
+
+    assert cli.main(["fit", "--resume", str(out), "--quiet"]) == 0
+    assert_same_posterior(out, reference)
+    assert not (tmp_path / "res.partial").exists()
+
+
+def test_ctrl_c_keeps_the_checkpoint_and_resume_finishes(uninterrupted, tmp_path, capsys, monkeypatch):
+    csv, reference = uninterrupted
+    out = tmp_path / "res"
+    write_manifest = checkpoint._write_manifest
+    calls = []
+
+    def interrupt_on_third(*args, **kwargs):
+        write_manifest(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint, "_write_manifest", interrupt_on_third)
+    assert cli.main(fit_argv(csv, out)) == 130
+    err = capsys.readouterr().err
+    assert "30 of 300 iterations are saved" in err and f"--resume {out}" in err
+    assert not out.exists() and (tmp_path / "res.partial").is_dir()
+
+    monkeypatch.setattr(checkpoint, "_write_manifest", write_manifest)
+    # a new run into the same folder does not silently discard the saved one
+    assert cli.main(fit_argv(csv, out)) == 2
+    assert "--resume" in capsys.readouterr().err
+    # --resume takes no other options
+    assert cli.main(["fit", "--resume", str(out), "--draws", "5"]) == 2
+    assert "takes no other option" in capsys.readouterr().err
+
+    assert cli.main(["fit", "--resume", str(tmp_path / "res.partial"), "--quiet"]) == 0
+    assert_same_posterior(out, reference)
+
+
+def test_corrupt_checkpoint_is_refused_and_left_untouched(uninterrupted, tmp_path, capsys, monkeypatch):
+    csv, _ = uninterrupted
+    out = tmp_path / "res"
+    write_manifest = checkpoint._write_manifest
+    calls = []
+
+    def interrupt_on_second(*args, **kwargs):
+        write_manifest(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint, "_write_manifest", interrupt_on_second)
+    assert cli.main(fit_argv(csv, out)) == 130
+    monkeypatch.setattr(checkpoint, "_write_manifest", write_manifest)
+    sampler = tmp_path / "res.partial" / "sampler"
+    manifest = sampler / checkpoint.CHECKPOINT_FILE
+    state = sampler / listed_state(sampler)
+    intact = {path: path.read_bytes() for path in (manifest, state)}
+
+    def flip_a_byte():
+        data = bytearray(intact[state])
+        data[len(data) // 2] ^= 0xFF
+        state.write_bytes(bytes(data))
+
+    damages = {
+        "flipped-byte": flip_a_byte,
+        "truncated-manifest": lambda: manifest.write_bytes(intact[manifest][:40]),
+        "missing-state": state.unlink,
+    }
+    capsys.readouterr()
+    for name, damage in damages.items():
+        damage()
+        before = snapshot(tmp_path)
+        assert cli.main(["fit", "--resume", str(out)]) == 2, name
+        err = capsys.readouterr().err
+        assert "cannot continue" in err and ("corrupt" in err or "missing" in err), (name, err)
+        assert "Traceback" not in err
+        assert snapshot(tmp_path) == before, name
+        for path, content in intact.items():
+            path.write_bytes(content)
+
+
+@pytest.mark.parametrize("kind", ["empty-folder", "other-files", "foreign-record", "no-such-folder"])
+def test_foreign_folder_is_refused_and_left_untouched(tmp_path, capsys, kind):
+    folder = tmp_path / "results"
+    if kind != "no-such-folder":
+        folder.mkdir()
+    if kind == "other-files":
+        (folder / "notes.txt").write_text("mine")
+        (folder / "inference.nc").write_bytes(b"\x89HDF")
+    elif kind == "foreign-record":
+        (folder / "run.json").write_text(json.dumps({"format": "something-else", "argv": ["fit"]}))
+    before = snapshot(tmp_path)
+    assert cli.main(["fit", "--resume", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bayes-rbfn: error: --resume") and "Traceback" not in err
+    assert snapshot(tmp_path) == before
