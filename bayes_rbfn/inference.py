@@ -313,7 +313,26 @@ def fit(
         )
     if check_diagnostics:
         diagnostics.warn_if_poor(diagnostics.check_convergence(idata))
+        _warn_if_collapsed(spec, config, Z, samples, X_pred)
     return idata
+
+
+#: Posterior draws (at most) over which fit() averages the variance-collapse diagnostic.
+_COLLAPSE_DRAWS = 200
+
+
+def _warn_if_collapsed(spec: ModelSpec, config: ModelConfig, Z: Any, samples: dict, X_pred: Any) -> None:
+    """Warn (VarianceCollapseWarning) when SoR/RBFN predictions at X_pred have lost most of the prior
+    variance (DESIGN §3.4), from a thinned set of draws."""
+    from bayes_rbfn.compare import VARIANCE_COLLAPSE_MODELS, collapse_check
+
+    if spec.name not in VARIANCE_COLLAPSE_MODELS or Z is None or np.ndim(Z) != 2:
+        return
+    params = posterior_params({k: np.asarray(v) for k, v in samples.items()}, config.fixed)
+    chains, draws = jax.tree_util.tree_leaves(params)[0].shape[:2]
+    step = max(1, (chains * draws) // _COLLAPSE_DRAWS)
+    thinned = {k: np.asarray(v)[:, ::step] for k, v in params.items()}
+    collapse_check(config, Z, thinned, X_pred, model=spec.name)
 
 
 def _numeric_values(tree: Any) -> Any:

@@ -338,3 +338,22 @@ def test_bad_input_is_refused_before_fitting(models, kwargs, match):
 
 def test_public_names():
     assert set(compare.__all__) >= {"compare_models", "Comparison", "elpd_test", "variance_collapse"}
+
+
+@pytest.mark.parametrize(("model", "warns"), [("sor", True), ("dtc", False)], ids=["sor-warns", "dtc-silent"])
+def test_fit_warns_when_sor_predicts_where_its_variance_has_collapsed(model, warns):
+    """fit() runs the collapse diagnostic on SoR/RBFN predictions: X_pred far from Z (10 lengthscales of
+    a data range of 1) keeps none of the prior variance under the Nyström prior."""
+    from bayes_rbfn import fit
+
+    rng = np.random.default_rng(3)
+    X = np.sort(rng.uniform(0.0, 1.0, 25))
+    y = np.sin(6 * X) + 0.1 * rng.normal(size=25)
+    X_pred = np.linspace(5.0, 6.0, 7)[:, None]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit(model, X, y, num_inducing=5, chains=1, draws=30, warmup=30, progress=False, X_pred=X_pred)
+    collapsed = [w for w in caught if issubclass(w.category, VarianceCollapseWarning)]
+    assert bool(collapsed) == warns
+    if warns:
+        assert "7 of 7 prediction point(s)" in str(collapsed[0].message)
