@@ -221,8 +221,14 @@ def sample_in_chunks(
     if folder.is_dir() and any(folder.iterdir()):
         info = read_checkpoint(folder)
         if info.fingerprint != run_fingerprint:
+            differ = sorted(
+                k
+                for k in set(info.fingerprint) | set(run_fingerprint)
+                if info.fingerprint.get(k) != run_fingerprint.get(k)
+            )
             raise CheckpointError(
-                f"{folder}: the checkpoint is of a different run (data, priors or sampler settings differ)"
+                f"{folder}: the checkpoint is of a different run ({', '.join(differ)} differ; "
+                "inputs_sha256 covers the data and priors, chains_in_parallel the JAX devices available)"
             )
         done, files = info.iterations_done, dict(info.files)
         state = _load_state(folder / f"state-{done:07d}.npz", leaves, treedef)

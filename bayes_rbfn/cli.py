@@ -263,7 +263,21 @@ def _dataset_names() -> list[str]:
 
 
 def _scan_chains(argv: Sequence[str]) -> int:
-    """The value of ``--chains`` in ``argv`` (default if absent or malformed: argparse reports that)."""
+    """The value of ``--chains`` in ``argv`` (default if absent or malformed: argparse reports that); with
+    ``--resume DIR``, the value in the interrupted run's saved options, so that it gets the same devices."""
+    for i, arg in enumerate(argv):
+        folder = None
+        if arg == "--resume" and i + 1 < len(argv):
+            folder = Path(argv[i + 1])
+        elif arg.startswith("--resume="):
+            folder = Path(arg.split("=", 1)[1])
+        if folder is not None:
+            for candidate in (folder, _partial_dir(folder)):
+                try:
+                    saved = json.loads((candidate / RUN_RECORD).read_text(encoding="utf-8"))["argv"]
+                    return _scan_chains([str(a) for a in saved if not str(a).startswith("--resume")])
+                except (OSError, ValueError, KeyError, TypeError):
+                    continue
     for i, arg in enumerate(argv):
         text = None
         if arg == "--chains" and i + 1 < len(argv):

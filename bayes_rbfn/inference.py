@@ -294,7 +294,10 @@ def fit(
                 "max_tree_depth": max_tree_depth,
                 "chunk_size": _positive_int(chunk_size, "chunk_size"),
             }
-            parallel = _chain_method(chains, chain_method) == "parallel"
+            # Parallel (pmap) and vectorised (vmap) chains compile to different programs whose rounding
+            # differs: a checkpoint continues only under the method that started it.
+            parallel = _chain_method(chains, chain_method) == "parallel" and chains > 1
+            settings["chains_in_parallel"] = parallel
             samples, stats = sample_in_chunks(
                 kernel_nuts,
                 jax.random.PRNGKey(seed),
@@ -305,7 +308,7 @@ def fit(
                 folder=checkpoint,
                 run_fingerprint=fingerprint(model_args, settings),
                 chunk_size=chunk_size,
-                parallel=parallel and chains > 1,
+                parallel=parallel,
                 progress=progress,
             )
         idata = _to_inference_data(

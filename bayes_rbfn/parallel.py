@@ -25,9 +25,17 @@ This module takes those sums in one pass, as close to the machine's floor as the
   ∂f/∂L_uu = −Wᵀ (G_s AAᵀ + g (A D^-½ y)ᵀ) (using W K_uf D⁻¹ K_fu = AAᵀ L_uuᵀ), so the backward pass
   never needs a second sweep for it. Forming Wᵀ G_s W first would save one product but amplifies
   rounding by cond(K_uu) again (gradients off by up to 60 % in the same tests).
+* **Summed in a fixed order.** The chunks form :data:`SUM_BLOCKS` blocks of equal length (the data padded
+  with weight-zero points); each block is summed chunk by chunk and the block sums are added in block
+  order. Every addition is then fixed by N and the chunk length, not by the device count, so sharded and
+  single-device results are the same numbers. They must be: the lengthscale gradient is ill-conditioned
+  for dense inducing inputs (cond(K_uu) ~ 1e10), and at N = 10⁶ another summation order alone (e.g.
+  another chunk length) moves it by ~1e-6 relative, while the log density moves by ~1e-15.
 * **Sharded.** With a :class:`jax.sharding.Mesh`, the pass runs under :func:`jax.shard_map`: each device
-  streams over its own slice of the data and the M×M sums are ``psum``-reduced, the only communication
-  (M² + M numbers per evaluation, whatever N). The same code runs on several CPU devices, GPUs or hosts.
+  streams over its own whole blocks and the per-block M×M sums are ``psum``-reduced, each placed at its
+  block index in an otherwise zero array (x + 0 = x exactly), then added in block order like on one
+  device: the only communication, SUM_BLOCKS·(M² + M) numbers per evaluation whatever N. The same code
+  runs on several CPU devices, GPUs or hosts.
 
 Per evaluation of the log density and its gradient this is four M×M×C products per chunk (two forward,
 two backward) against the one product of the floor (forming K_fu and K_uf K_fu); see benchmarks/ for the
@@ -163,6 +171,105 @@ def _over_data(fn: Callable, mesh: Mesh | None) -> Callable:
 
 
 # --------------------------------------------------------------------------------------------------
+# Sums over the data in a fixed order, whatever the number of devices
+
+#: The data sums are cut into this many blocks of equal length (the data padded with masked points), each
+#: block is summed chunk by chunk, and the block sums are added in block order. Every floating-point
+#: addition is then fixed by N and the chunk length alone, not by how many devices share the work (any
+#: device count dividing SUM_BLOCKS): sharded and single-device sums are the same numbers, not merely
+#: close. That matters because the sums feed an ill-conditioned reverse pass: at N = 10⁶ two orders of
+#: summation (e.g. two chunk lengths) move the lengthscale gradient by ~3e-6 relative (benchmarks/README.md).
+SUM_BLOCKS = 16
+
+
+def _round_up(n: int, k: int) -> int:
+    return -(-n // k) * k
+
+
+def _layout(N: int, C: int, n_blocks: int) -> tuple[int, int, int]:
+    """(chunk length, chunks per block, padded N) for N points in ``n_blocks`` blocks of chunks ≤ C long.
+
+    The chunk length is shrunk (to a multiple of 8) so that padding stays below n_blocks·(chunks per
+    block)·8 points: 0.4 % at N = 10⁶, C = 2048.
+    """
+    per_block = max(1, -(-N // (n_blocks * C)))
+    C_eff = min(C, _round_up(max(1, -(-N // (n_blocks * per_block))), 8))
+    return C_eff, per_block, n_blocks * per_block * C_eff
+
+
+def _blocked(body: Callable, zero: Any, n_blocks: int, per_block: int, C: int, *arrays: Any):
+    """Per-block sums of ``body(carry, *chunk) → (carry, per_point)`` (leading axis ``n_blocks``) over
+    ``n_blocks·per_block`` chunks of C rows, and the per-point outputs (or None)."""
+    zero = _varying_like(zero, arrays[0])
+    shaped = tuple(a.reshape(n_blocks, per_block, C, *a.shape[1:]) for a in arrays)
+
+    def block(_, xs):
+        return None, lax.scan(lambda c, ys: body(c, *ys), zero, xs)
+
+    _, (sums, out) = lax.scan(block, None, shaped)
+    if out is not None:
+        out = jax.tree_util.tree_map(lambda o: o.reshape(-1, *o.shape[3:]), out)
+    return sums, out
+
+
+def _fold(sums: Any) -> Any:
+    """Σ over the leading (block) axis, added strictly in block order."""
+    n = jax.tree_util.tree_leaves(sums)[0].shape[0]
+    total = jax.tree_util.tree_map(lambda a: a[0], sums)
+    for i in range(1, n):
+        total = jax.tree_util.tree_map(lambda t, a, i=i: t + a[i], total, sums)
+    return total
+
+
+def _summed_over_data(fn: Callable, mesh: Mesh | None, N: int, C: int) -> Callable:
+    """``run(shared, X, y, w) → (sums, per_point)`` over N points, in the fixed order of SUM_BLOCKS blocks.
+
+    ``fn(shared, X, y, w, n_blocks, per_block, C)`` returns per-block sums (leading axis n_blocks) and
+    per-point outputs on its rows. The data are padded to the block layout; padded points get weight
+    ω = 0 (``w`` is then never None inside), so they add exact zeros. With a mesh each device takes
+    n_blocks / devices whole blocks; the block sums are placed at their block index in a zero array and
+    ``psum``-reduced (x + 0 = x exactly), then folded in block order like the single-device sums.
+    """
+    n_dev = 1 if mesh is None else mesh.shape[DATA_AXIS]
+    n_blocks = SUM_BLOCKS if SUM_BLOCKS % n_dev == 0 else _round_up(SUM_BLOCKS, n_dev)
+    C_eff, per_block, N_pad = _layout(N, C, n_blocks)
+
+    def pad(a, value=0.0):
+        if a is None or N_pad == N:
+            return a
+        return jnp.concatenate([a, jnp.full((N_pad - N, *a.shape[1:]), value, a.dtype)])
+
+    def run(shared, X, y, w):
+        if N_pad > N and w is None:
+            w = jnp.ones(y.shape, y.dtype)
+        X, y, w = pad(X), pad(y), pad(w)
+        if mesh is None:
+            sums, per_point = fn(shared, X, y, w, n_blocks, per_block, C_eff)
+        else:
+            local_blocks = n_blocks // n_dev
+
+            def local(shared, X, y, w):
+                sums, per_point = fn(shared, X, y, w, local_blocks, per_block, C_eff)
+                offset = lax.axis_index(DATA_AXIS) * local_blocks
+
+                def place(a):
+                    full = jnp.zeros((n_blocks, *a.shape[1:]), a.dtype)
+                    return lax.psum(lax.dynamic_update_slice_in_dim(full, a, offset, 0), DATA_AXIS)
+
+                return jax.tree_util.tree_map(place, sums), per_point
+
+            data = P(DATA_AXIS)
+            sums, per_point = jax.shard_map(
+                local, mesh=mesh, in_specs=(P(), data, data, data), out_specs=(P(), data)
+            )(shared, X, y, w)
+        if per_point is not None and N_pad > N:
+            per_point = jax.tree_util.tree_map(lambda a: a[:N], per_point)
+        return _fold(sums), per_point
+
+    return run
+
+
+# --------------------------------------------------------------------------------------------------
 # The streamed data sums with their reverse pass
 
 
@@ -175,10 +282,10 @@ def _streamed(fast: bool, C: int, mesh: Mesh | None) -> Callable:
     """The custom-VJP function (kernel, Z, Luu, X, y, w) → (AAᵀ, A D^-½ y) with ω = w (None: ω = 1).
 
     The reverse pass is written for the whole (sharded) pass, so autodiff never enters shard_map: the
-    cotangents of the replicated inputs are psum-reduced like the forward sums, those of X, y, w stay split.
+    cotangents of the replicated inputs are reduced like the forward sums, those of X, y, w stay split.
     """
 
-    def local_sums(shared, X, y, w):
+    def local_sums(shared, X, y, w, n_blocks, per_block, C_eff):
         kernel, Z, W = shared
         M = Z.shape[0]
 
@@ -190,9 +297,10 @@ def _streamed(fast: bool, C: int, mesh: Mesh | None) -> Callable:
             return (S + Aw @ A.T, r + Aw @ yc), None
 
         zeros = (jnp.zeros((M, M), W.dtype), jnp.zeros((M,), W.dtype))
-        return _stream(body, zeros, C, X, y, *([] if w is None else [w]))[0], None
+        rest = [] if w is None else [w]
+        return _blocked(body, zeros, n_blocks, per_block, C_eff, X, y, *rest)[0], None
 
-    def local_grads(shared, X, y, w):
+    def local_grads(want_w, shared, X, y, w, n_blocks, per_block, C_eff):
         kernel, Z, W, left, h = shared
         # As varying (per-device) values, the pullback gives each device's own share of their cotangents,
         # reduced once at the end, instead of a psum per chunk inserted by autodiff.
@@ -207,19 +315,17 @@ def _streamed(fast: bool, C: int, mesh: Mesh | None) -> Callable:
             dk_c, dz_c, dx = pullback(T * wc[0] if wc else T)
             hK = h @ K
             out = {"X": dx, "y": hK * wc[0] if wc else hK}
-            if wc:
+            if want_w:
                 out["w"] = jnp.sum(K * (0.5 * U + jnp.outer(h, yc)), axis=0)
             return (jax.tree_util.tree_map(jnp.add, dk, dk_c), dz + dz_c), out
 
         carry0 = (jax.tree_util.tree_map(jnp.zeros_like, kernel), jnp.zeros_like(Z))
-        return _stream(body, carry0, C, X, y, *([] if w is None else [w]))
-
-    run_sums = _over_data(local_sums, mesh)
-    run_grads = _over_data(local_grads, mesh)
+        rest = [] if w is None else [w]
+        return _blocked(body, carry0, n_blocks, per_block, C_eff, X, y, *rest)
 
     def sums(kernel, Z, Luu, X, y, w):
         W = linalg.solve_lower(Luu, _identity_like(Luu))
-        S, r = run_sums((kernel, Z, W), X, y, w)[0]
+        S, r = _summed_over_data(local_sums, mesh, X.shape[0], C)((kernel, Z, W), X, y, w)[0]
         if fast:
             S, r = W @ S @ W.T, W @ r
         return 0.5 * (S + S.T), r, W
@@ -244,7 +350,8 @@ def _streamed(fast: bool, C: int, mesh: Mesh | None) -> Callable:
         # fast: the products were taken before whitening, so their cotangent is Wᵀ G_s W K, rounded with
         # cond(K_uu) like the forward sums; whitened: Wᵀ ((G_s W) K), accurate like the forward pass.
         left = W.T @ Gs @ W if fast else Gs @ W
-        (dk, dz), per_point = run_grads((kernel, Z, W, left, h), X, y, w)
+        grads = functools.partial(local_grads, w is not None)
+        (dk, dz), per_point = _summed_over_data(grads, mesh, X.shape[0], C)((kernel, Z, W, left, h), X, y, w)
         return dk, dz, dLuu, per_point["X"], per_point["y"], per_point.get("w")
 
     f.defvjp(fwd, bwd)
