@@ -65,6 +65,22 @@ def snapshot(folder: Path) -> dict[str, str]:
     }
 
 
+def interrupt_after_checkpoint(monkeypatch, count: int):
+    """Make the ``count``-th checkpoint raise KeyboardInterrupt once it is saved (Ctrl-C right after it);
+    returns the real manifest writer, to restore it."""
+    write_manifest = checkpoint._write_manifest
+    calls = []
+
+    def write_then_interrupt(*args, **kwargs):
+        write_manifest(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == count:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint, "_write_manifest", write_then_interrupt)
+    return write_manifest
+
+
 def listed_state(sampler: Path) -> str:
     """The sampler-state file the checkpoint's manifest lists (a stale one may lie beside it)."""
     files = json.loads((sampler / checkpoint.CHECKPOINT_FILE).read_text())["files"]
@@ -189,16 +205,7 @@ def test_killed_fit_resumes_to_the_uninterrupted_result(uninterrupted, tmp_path)
 def test_ctrl_c_keeps_the_checkpoint_and_resume_finishes(uninterrupted_here, tmp_path, capsys, monkeypatch):
     csv, reference = uninterrupted_here
     out = tmp_path / "res"
-    write_manifest = checkpoint._write_manifest
-    calls = []
-
-    def interrupt_on_third(*args, **kwargs):
-        write_manifest(*args, **kwargs)
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(checkpoint, "_write_manifest", interrupt_on_third)
+    write_manifest = interrupt_after_checkpoint(monkeypatch, 3)
     assert cli.main(fit_argv(csv, out)) == 130
     err = capsys.readouterr().err
     assert "30 of 300 iterations are saved" in err and f"--resume {out}" in err
@@ -219,16 +226,7 @@ def test_ctrl_c_keeps_the_checkpoint_and_resume_finishes(uninterrupted_here, tmp
 def test_corrupt_checkpoint_is_refused_and_left_untouched(uninterrupted, tmp_path, capsys, monkeypatch):
     csv, _ = uninterrupted
     out = tmp_path / "res"
-    write_manifest = checkpoint._write_manifest
-    calls = []
-
-    def interrupt_on_second(*args, **kwargs):
-        write_manifest(*args, **kwargs)
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(checkpoint, "_write_manifest", interrupt_on_second)
+    write_manifest = interrupt_after_checkpoint(monkeypatch, 2)
     assert cli.main(fit_argv(csv, out)) == 130
     monkeypatch.setattr(checkpoint, "_write_manifest", write_manifest)
     sampler = tmp_path / "res.partial" / "sampler"
