@@ -97,10 +97,13 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
+def _save_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> str:
+    """Write ``arrays`` to ``path`` (npz) atomically; returns the SHA-256 of what was written."""
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
-    return buffer.getvalue()
+    data = buffer.getvalue()
+    atomic_write_bytes(path, data)
+    return hashlib.sha256(data).hexdigest()
 
 
 def read_checkpoint(folder: str | os.PathLike[str]) -> CheckpointInfo:
@@ -260,14 +263,12 @@ def sample_in_chunks(
                     jax.tree_util.tree_map(lambda a, k=keep: np.asarray(a)[:, k:], collected)
                 )
                 name = f"chunk-{done:07d}.npz"
-                atomic_write_bytes(folder / name, _npz_bytes(arrays))
-                new_files[name] = _sha256(folder / name)
+                new_files[name] = _save_npz(folder / name, arrays)
             state_name = f"state-{done:07d}.npz"
             state_leaves = {
                 f"leaf{i:03d}": np.asarray(x) for i, x in enumerate(jax.tree_util.tree_leaves(state))
             }
-            atomic_write_bytes(folder / state_name, _npz_bytes(state_leaves))
-            new_files[state_name] = _sha256(folder / state_name)
+            new_files[state_name] = _save_npz(folder / state_name, state_leaves)
             stale = [n for n in files if n.startswith("state-")]
             files = {n: h for n, h in files.items() if n not in stale} | new_files
             _write_manifest(folder, run_fingerprint, done, total, files)

@@ -918,10 +918,11 @@ def _interrupted(partial: Path, out: Path, resuming: bool) -> BaseException:
 
 def _resume_args(args: argparse.Namespace) -> tuple[Path, argparse.Namespace]:
     """The checkpoint folder named by ``--resume`` and the options of the run saved in it."""
+    defaults = _fit_defaults()
     given = [
         name
         for name, value in vars(args).items()
-        if name not in ("resume", "quiet", "argv", "command") and value != _fit_defaults().get(name)
+        if name not in ("resume", "quiet", "argv", "command") and value != defaults.get(name)
     ]
     if given:
         options = ", ".join("--" + name.replace("_", "-") if name != "data" else "DATA.csv" for name in given)
