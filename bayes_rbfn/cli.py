@@ -78,6 +78,9 @@ DEFAULT_KERNEL = "se"
 #: Packaged data sets whose natural kernel family is not the default one.
 DATASET_KERNELS = {"co2": "co2"}
 DEFAULT_MAX_TREE_DEPTH = 10
+#: fit(init=...) choices, as :data:`bayes_rbfn.inference.INITS` (not imported: building the parser must not
+#: load JAX before the XLA options are set; tests/test_cli.py checks the two agree).
+INITS = ("median", "map")
 #: Packaged data sets with a smaller default NUTS tree depth. For co2 the first ~100 warm-up iterations,
 #: before the mass matrix adapts, ran to the full depth (1023 steps at depth 10) and took 3 of 5 minutes;
 #: once adapted a draw takes ~7 steps, well below 2^5 − 1 = 31, so the cap only shortens that start
@@ -604,6 +607,13 @@ def _sampler_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="adapt a dense mass matrix (default: dense, except for grouped models)",
     )
+    sampler.add_argument(
+        "--init",
+        choices=INITS,
+        default="median",
+        help="how the chains start: 'median' (prior median, identity mass matrix) or 'map' (the posterior "
+        "mode and a Laplace mass matrix: much shorter early warm-up for large data sets; default median)",
+    )
 
 
 def _output_arguments(parser: argparse.ArgumentParser) -> Any:
@@ -646,6 +656,7 @@ class FitPlan:
     dense_mass: bool
     max_tree_depth: int
     out: Path
+    init: str = "median"
     notes: list[str] = field(default_factory=list)
 
 
@@ -807,6 +818,7 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
         max_tree_depth=args.max_tree_depth
         or DATASET_TREE_DEPTHS.get(data.name if args.data is None else "", DEFAULT_MAX_TREE_DEPTH),
         out=Path(out),
+        init=args.init,
         notes=notes,
     )
 
@@ -1027,6 +1039,7 @@ def _sample(plan: FitPlan, console: Console, checkpoint: Path | None = None, chu
         target_accept=plan.target_accept,
         dense_mass=plan.dense_mass,
         max_tree_depth=plan.max_tree_depth,
+        init=plan.init,
         check_diagnostics=False,
         checkpoint=checkpoint,
         chunk_size=chunk_size,
@@ -1581,6 +1594,7 @@ def _run_compare(args: argparse.Namespace, console: Console) -> int:
                 target_accept=args.target_accept,
                 dense_mass=True if args.dense_mass is None else bool(args.dense_mass),
                 max_tree_depth=args.max_tree_depth or DEFAULT_MAX_TREE_DEPTH,
+                init=args.init,
                 check_diagnostics=False,
                 **held_out,
             )

@@ -78,6 +78,7 @@ FULL = {
         "draws": int(os.environ.get("MILLION_DRAWS", 500)),
         "budget_min": float(os.environ.get("MILLION_BUDGET_MIN", 15)),
         "chunk": 5,
+        "init": os.environ.get("MILLION_INIT", "map"),
     },
     "memory": {"N": 1_000_000, "M": 64, "warmup": 10, "draws": 10, "max_tree_depth": 3, "test": 100_000},
 }
@@ -775,6 +776,8 @@ def section_million(cfg, clock):
                 check_diagnostics=False,
                 checkpoint=folder,
                 chunk_size=cfg["chunk"],
+                init=cfg.get("init", "median"),
+                dense_mass=True,
             )
         except BaseException as err:  # reported, not raised: the budget loop must still write its result
             box["error"] = repr(err)
@@ -804,11 +807,13 @@ def section_million(cfg, clock):
         "progress": progress,
         "iterations_done": progress[-1][1],
         "compile": clock.total,
+        "init": cfg.get("init", "median"),
     }
     if "idata" in box:
         idata = box["idata"]
         d = _diagnostics(idata)
         out.update(d, fit_wall=elapsed, ess_per_s=d["ess_bulk_min"] / elapsed)
+        out["mean_steps_per_draw"] = float(idata.sample_stats["num_steps"].mean())
         out["posterior_mean"] = {
             k: float(idata.posterior[k].mean()) for k in ("lengthscale", "variance", "noise")
         }
