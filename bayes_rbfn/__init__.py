@@ -34,6 +34,13 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
+        # Any other submodule (``bayes_rbfn.diagnostics``, ``bayes_rbfn.parallel``, …) on first use too, as
+        # an eagerly importing package would have it.
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as err:
+            if err.name != f"{__name__}.{name}":
+                raise
         raise AttributeError(f"module 'bayes_rbfn' has no attribute {name!r}")
     module_name, attribute = _LAZY[name]
     module = importlib.import_module(module_name)
