@@ -127,6 +127,16 @@ def laplace_start(model: Any, model_args: tuple, seed: int = 0, *, maxiter: int 
     return {k: values[k] for k in info.param_info.z}, linalg.cho_solve(L, eye)
 
 
+def _window_estimates_full_rank(num_params: int, warmup: int, dense: bool) -> bool:
+    """Whether every mass-matrix estimate of NumPyro's warm-up schedule comes from enough draws to be
+    positive definite unshrunk: more draws than parameters for a dense matrix, two for a diagonal one."""
+    from numpyro.infer.hmc_util import build_adaptation_schedule
+
+    slow_windows = build_adaptation_schedule(warmup)[1:-1]  # between the start and end buffers
+    smallest = min((w.end - w.start + 1 for w in slow_windows), default=None)
+    return smallest is None or smallest > (num_params if dense else 1)
+
+
 def default_num_inducing(X: Any) -> int:
     """min(64, number of distinct inputs)."""
     return int(min(DEFAULT_NUM_INDUCING, np.unique(np.asarray(X), axis=0).shape[0]))
@@ -353,11 +363,12 @@ def fit(
         max_tree_depth=max_tree_depth,
         init_strategy=init_strategy,
         inverse_mass_matrix=inverse_mass_matrix,
-        # NumPyro (like Stan) shrinks each window's mass-matrix estimate towards 10⁻³·I, an absolute scale:
-        # for a posterior as narrow as a million points make it (sds ~10⁻³ on the log scale) that inflates
-        # the Laplace start's good matrix a hundredfold at the first window and the trees deepen again.
-        # With a Laplace start the window estimates are taken as they are.
-        regularize_mass_matrix=inverse_mass_matrix is None,
+        # NumPyro (like Stan) shrinks each window's mass-matrix estimate towards 10⁻³·I, an absolute scale
+        # that dwarfs posterior variances of ~10⁻⁶ (a million points). With a Laplace start the estimates
+        # are taken as they are — where every window has more draws than there are parameters, so that
+        # an unshrunk dense estimate cannot be singular.
+        regularize_mass_matrix=inverse_mass_matrix is None
+        or not _window_estimates_full_rank(inverse_mass_matrix.shape[0], warmup, dense_mass),
     )
     mcmc = MCMC(
         kernel_nuts,

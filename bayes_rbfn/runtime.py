@@ -93,7 +93,4 @@ def single_threaded_blas():
 
 def limit_blas_threads() -> None:
     """Limit BLAS pools to one thread for the rest of the process (for programs that own the process)."""
-    from threadpoolctl import threadpool_limits
-
-    _load_lapack()
-    threadpool_limits(limits=1, user_api="blas")
+    single_threaded_blas()  # the limit holds from construction; only leaving its context would undo it

@@ -99,6 +99,23 @@ def test_laplace_mass_matrix_is_the_inverse_reference_hessian(problem, library_s
     np.testing.assert_allclose(np.asarray(inverse_mass), np.linalg.inv(H), rtol=1e-4, atol=1e-8)
 
 
+@pytest.mark.parametrize(
+    ("num_params", "warmup", "dense", "full_rank"),
+    [
+        (3, 500, True, True),
+        (24, 500, True, True),  # Stan's schedule: 75-draw buffer, then windows of 25, 50, 100, 200
+        (25, 500, True, False),  # 25 draws give a rank-24 covariance: shrink it
+        (100, 500, False, True),  # a diagonal estimate needs two draws
+        (40, 10, True, True),  # fewer than 20 warm-up iterations: no mass-matrix window at all
+    ],
+    ids=["3-dense", "24-dense", "25-dense", "100-diagonal", "no-window"],
+)
+def test_unshrunk_window_estimates_only_where_full_rank(num_params, warmup, dense, full_rank):
+    from bayes_rbfn.inference import _window_estimates_full_rank
+
+    assert _window_estimates_full_rank(num_params, warmup, dense) is full_rank
+
+
 def test_init_must_be_known(problem):
     X, y = problem
     with pytest.raises(ValueError, match=r"init: expected one of median, map, got 'mode'"):
