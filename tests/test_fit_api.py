@@ -125,19 +125,29 @@ def test_model_registry_lists_core_models():
 # Mixture moments (law of total variance) against a direct NumPy computation
 
 
-def test_mixture_moments_law_of_total_variance():
+@pytest.mark.parametrize("noise_per", ["draw", "draw_and_point"])
+@pytest.mark.parametrize("draws", [50, 300], ids=["one-block", "several-blocks"])
+def test_mixture_moments_law_of_total_variance(noise_per, draws):
+    """Against the mixture's second moment, with σ per draw (ungrouped) or per draw and point (grouped);
+    300 draws × 3 chains spans several of the blocks the deviation is summed in."""
     rng = np.random.default_rng(2)
-    f_mean = rng.normal(size=(3, 50, 7))
-    f_var = rng.uniform(0.1, 1.0, size=(3, 50, 7))
-    noise = rng.uniform(0.1, 0.3, size=(3, 50))
+    f_mean = rng.normal(size=(3, draws, 7))
+    f_var = rng.uniform(0.1, 1.0, size=(3, draws, 7))
+    shape = (3, draws) if noise_per == "draw" else (3, draws, 7)
+    noise = rng.uniform(0.1, 0.3, size=shape)
     mean, var_f, var_y = predictive.mixture_moments(f_mean, f_var, noise)
     # direct: moments of the equal-weight Gaussian mixture from its second moment
-    m = f_mean.reshape(150, 7)
-    v = f_var.reshape(150, 7)
-    n2 = noise.reshape(150, 1) ** 2
+    m = f_mean.reshape(3 * draws, 7)
+    v = f_var.reshape(3 * draws, 7)
+    n2 = noise.reshape(3 * draws, -1) ** 2
     np.testing.assert_allclose(mean, m.mean(0))
     np.testing.assert_allclose(var_f, (v + m**2).mean(0) - m.mean(0) ** 2, rtol=1e-10)
     np.testing.assert_allclose(var_y, (v + n2 + m**2).mean(0) - m.mean(0) ** 2, rtol=1e-10)
+
+
+def test_mixture_moments_rejects_noise_of_another_shape():
+    with pytest.raises(ValueError, match="noise: expected one value per draw"):
+        predictive.mixture_moments(np.zeros((2, 5, 3)), np.ones((2, 5, 3)), np.ones(4))
 
 
 def test_per_draw_moments_batching_is_invisible():
