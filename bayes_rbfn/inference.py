@@ -32,7 +32,7 @@ from bayes_rbfn.checkpoint import DEFAULT_CHUNK_SIZE, fingerprint, sample_in_chu
 from bayes_rbfn.families import FAMILIES, data_scales, get_family
 from bayes_rbfn.inducing import select_inducing
 from bayes_rbfn.models import ModelConfig, ModelSpec, get_model
-from bayes_rbfn.predictive import DEFAULT_BATCH, per_draw_moments, streamed_batches
+from bayes_rbfn.predictive import DEFAULT_BATCH, draw_devices, per_draw_moments, streamed_batches
 from bayes_rbfn.runtime import single_threaded_blas
 
 __all__ = [
@@ -547,7 +547,14 @@ def _to_inference_data(
     else:
         batch_size, draw_batch = DEFAULT_BATCH, int(max(1, 5e7 // max(work + 2048 * M, 1)))
     f_mean, f_var = per_draw_moments(
-        predict_fn, params, X_pred, extra=extra_pred, draw_batch=draw_batch, batch_size=batch_size, data=data
+        predict_fn,
+        params,
+        X_pred,
+        extra=extra_pred,
+        draw_batch=draw_batch,
+        batch_size=batch_size,
+        data=data,
+        devices=draw_devices(config),
     )
 
     D = X.shape[1]

@@ -260,6 +260,21 @@ _SHARDED_SCRIPT = textwrap.dedent(
                 for u, v in zip(a, b)
             )
         out[key] = rel
+    # The predictive's draws spread round-robin over both devices = all on one device.
+    from bayes_rbfn import predictive
+    _, data4, params4, X_test4, chunk4 = problems[1]
+    config = ModelConfig(family=FAMILIES["se"], priors={}, chunk_size=chunk4)
+    draws = {k: jnp.asarray(np.asarray(v) * np.exp(rng.normal(0, 0.1, (2, 7) + np.shape(v))))
+             for k, v in params4.items()}
+    spread = predictive.draw_devices(config)
+    out["draw_devices"] = len(spread)
+    out["draw_devices_with_mesh"] = predictive.draw_devices(
+        ModelConfig(family=FAMILIES["se"], priors={}, mesh=mesh))
+    predict_fn = lambda p, Xb, data: sor.predict(p, data, config, Xb)
+    one = predictive.per_draw_moments(predict_fn, draws, X_test4, batch_size=None, draw_batch=3, data=data4)
+    two = predictive.per_draw_moments(predict_fn, draws, X_test4, batch_size=None, draw_batch=3, data=data4,
+                                      devices=spread)
+    out["draws_over_devices"] = max(float(np.max(np.abs(u - v)) / np.max(np.abs(u))) for u, v in zip(one, two))
     # Control (reported, not asserted): one device, another chunk length = another summation order.
     grad = jax.jit(jax.grad(lambda p, d, c: sor.log_density(p, d, c)), static_argnums=2)
     a = grad(params, data, single)
@@ -278,6 +293,7 @@ _SHARDED_SCRIPT = textwrap.dedent(
 
 def test_sharded_equals_single_device():
     """2 simulated CPU devices: sharded log density, gradient, LOO, predictive = one device's to 1e-10,
+    and so are the predictive's draws spread over both devices;
     also at N = 200,001 with cond(K_uu) ~ 1e10, where another summation order alone differs by more
     (the sums are added in a fixed block order whatever the device count: parallel.SUM_BLOCKS)."""
     env = dict(os.environ)
@@ -293,3 +309,6 @@ def test_sharded_equals_single_device():
         for name, rel in result[N].items():
             assert rel < 1e-10, (N, name, rel, "reordered sums alone differ by", result["reordered"])
     assert result["fit_draws"] == 20 and result["fit_finite"]
+    # Draw batches spread over both devices (7 batches of 3 draws, the last padded) = one device's.
+    assert result["draw_devices"] == 2 and result["draw_devices_with_mesh"] is None
+    assert result["draws_over_devices"] < 1e-10, result["draws_over_devices"]
