@@ -6,10 +6,10 @@ from functools import partial
 
 import jax
 import numpyro
-from bayes_rbfn.models import ModelConfig, ModelSpec
-from bayes_rbfn.models._common import sample_hyperparameters
 
 from bayes_rbfn import conditional, linalg
+from bayes_rbfn.models import ModelConfig, ModelSpec
+from bayes_rbfn.models._common import sample_hyperparameters
 
 
 def model(data: dict, config: ModelConfig) -> None:

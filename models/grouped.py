@@ -28,9 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
-from bayes_rbfn.models import ModelConfig, ModelSpec
 
 from bayes_rbfn import conditional, linalg
+from bayes_rbfn.models import ModelConfig, ModelSpec
 
 #: Prior scale of the population spread τ of every log-hyperparameter.
 TAU_SCALE = 0.5

@@ -25,10 +25,10 @@ import jax
 import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
-from bayes_rbfn.models import ModelConfig, ModelSpec, sor
-from bayes_rbfn.models._common import sample_hyperparameters
 
 from bayes_rbfn import linalg
+from bayes_rbfn.models import ModelConfig, ModelSpec, sor
+from bayes_rbfn.models._common import sample_hyperparameters
 
 
 def model(data: dict, config: ModelConfig) -> None:

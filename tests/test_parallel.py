@@ -274,7 +274,8 @@ _SHARDED_SCRIPT = textwrap.dedent(
     one = predictive.per_draw_moments(predict_fn, draws, X_test4, batch_size=None, draw_batch=3, data=data4)
     two = predictive.per_draw_moments(predict_fn, draws, X_test4, batch_size=None, draw_batch=3, data=data4,
                                       devices=spread)
-    out["draws_over_devices"] = max(float(np.max(np.abs(u - v)) / np.max(np.abs(u))) for u, v in zip(one, two))
+    out["draws_over_devices"] = max(
+        float(np.max(np.abs(u - v)) / np.max(np.abs(u))) for u, v in zip(one, two))
     # Control (reported, not asserted): one device, another chunk length = another summation order.
     grad = jax.jit(jax.grad(lambda p, d, c: sor.log_density(p, d, c)), static_argnums=2)
     a = grad(params, data, single)
