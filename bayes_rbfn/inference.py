@@ -32,7 +32,7 @@ from bayes_rbfn.checkpoint import DEFAULT_CHUNK_SIZE, fingerprint, sample_in_chu
 from bayes_rbfn.families import FAMILIES, data_scales, get_family
 from bayes_rbfn.inducing import select_inducing
 from bayes_rbfn.models import ModelConfig, ModelSpec, get_model
-from bayes_rbfn.predictive import DEFAULT_BATCH, draw_devices, per_draw_moments, streamed_batches
+from bayes_rbfn.predictive import draw_work, model_moments
 from bayes_rbfn.runtime import single_threaded_blas
 
 __all__ = [
@@ -516,18 +516,12 @@ def _prepare(spec, X, y, Z, y_offset, group, group_pred, X_pred):
     return data, {}
 
 
-def _draw_work(spec: ModelSpec, data: dict) -> int:
-    n = int(np.prod(data["y"].shape))
-    m = int(data["Z"].shape[-2]) if "Z" in data else n
-    return n * m * 4
-
-
 def _to_inference_data(
     spec, config, data, extras, samples, stats, X, y, Z, X_pred, log_likelihood: bool = True
 ) -> az.InferenceData:
     samples = {k: np.asarray(v) for k, v in samples.items()}
     params = posterior_params(samples, config.fixed)
-    work = _draw_work(spec, data)
+    work = draw_work(data)
 
     loglik = None
     if log_likelihood:
@@ -536,26 +530,7 @@ def _to_inference_data(
             loglik = loglik[..., extras["obs_index"]] if loglik.ndim == 3 else loglik
     extra_pred = tuple(jnp.asarray(extras[k]) for k in ("group_pred",) if k in extras)
 
-    def predict_fn(p, Xb, *eb, data=data):
-        return spec.predict(p, data, config, Xb, *eb)
-
-    M = int(data["Z"].shape[-2]) if "Z" in data else X.shape[0]
-    if spec.predict_streams:
-        # predict streams over its test points: all of them in one call, so the O(NM²) factor is
-        # computed once per draw, with as many draws per call as the memory budget allows.
-        batch_size, draw_batch = streamed_batches(X_pred.shape[0], M)
-    else:
-        batch_size, draw_batch = DEFAULT_BATCH, int(max(1, 5e7 // max(work + 2048 * M, 1)))
-    f_mean, f_var = per_draw_moments(
-        predict_fn,
-        params,
-        X_pred,
-        extra=extra_pred,
-        draw_batch=draw_batch,
-        batch_size=batch_size,
-        data=data,
-        devices=draw_devices(config),
-    )
+    f_mean, f_var = model_moments(spec, config, data, params, X_pred, extra=extra_pred)
 
     D = X.shape[1]
     dims: dict[str, list[str]] = {"y": ["obs"], "X": ["obs", "input_dim"], "X_pred": ["point", "input_dim"]}

@@ -27,6 +27,7 @@ __all__ = [
     "draw_devices",
     "mixture_moments",
     "mixture_quantiles",
+    "model_moments",
     "per_draw_moments",
     "predict",
     "sample_predictive",
@@ -162,6 +163,58 @@ def draw_devices(config: Any) -> list[Any] | None:
     return local if len(local) > 1 else None
 
 
+def draw_work(data: Mapping[str, Any]) -> int:
+    """Rough size (elements) of one draw's working arrays: 4·N·M (M = N without inducing inputs)."""
+    n = int(np.prod(data["y"].shape))
+    m = int(data["Z"].shape[-2]) if "Z" in data else n
+    return n * m * 4
+
+
+def model_moments(
+    spec: Any,
+    config: Any,
+    data: Mapping[str, Any],
+    params: Mapping[str, Any],
+    X_test: Any,
+    *,
+    extra: tuple = (),
+    batch_size: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-draw moments ``spec.predict`` gives at X_test, batched for the model (used by ``fit`` and
+    :func:`predict`).
+
+    A model whose ``predict`` streams gets all test points per call (:func:`streamed_batches`: each draw's
+    O(NM²) factor once); any other gets ``batch_size`` (default :data:`DEFAULT_BATCH`) points per call and
+    as many draws as keep ~5·10⁷ elements of working arrays (:func:`draw_work`). Draws are spread over the
+    local devices (:func:`draw_devices`), with BLAS single-threaded.
+
+    Returns:
+        (f_mean, f_var), each (chains, draws, S).
+    """
+    from bayes_rbfn.runtime import single_threaded_blas
+
+    def predict_fn(p, Xb, *eb, data):
+        return spec.predict(p, data, config, Xb, *eb)
+
+    M = int(data["Z"].shape[-2]) if "Z" in data else int(data["X"].shape[0])
+    if batch_size is None and spec.predict_streams:
+        batch_size, draw_batch = streamed_batches(X_test.shape[0], M)
+    else:
+        batch_size = DEFAULT_BATCH if batch_size is None else batch_size
+        draw_batch = int(max(1, 5e7 // max(draw_work(data) + batch_size * M, 1)))
+    with single_threaded_blas():
+        return per_draw_moments(
+            predict_fn,
+            params,
+            X_test,
+            batch_size=batch_size,
+            extra=extra,
+            draw_batch=draw_batch,
+            data=data,
+            devices=draw_devices(config),
+        )
+
+
 def _pad_rows(a: Any, n: int) -> Any:
     """``a`` with its leading axis padded to ``n`` rows by repeating its last row (NumPy stays NumPy)."""
     k = a.shape[0]
@@ -285,7 +338,7 @@ def predict(idata: Any, X_test: Any, *, group: Any = None, batch_size: int | Non
         X_test: (S, D) or (S,) inputs. group: (S,) group codes for grouped models.
         batch_size: test points per batch; ``None`` chooses: all of them for a model whose ``predict``
             streams (``sor``: each draw's factor computed once, draws batched within
-            :data:`STREAM_BUDGET`), else :data:`DEFAULT_BATCH`.
+            :data:`STREAM_BUDGET`), else :data:`DEFAULT_BATCH` (see :func:`model_moments`).
     """
     from bayes_rbfn.inference import rebuild
 
@@ -299,28 +352,7 @@ def predict(idata: Any, X_test: Any, *, group: Any = None, batch_size: int | Non
             raise ValueError("group: the grouped model needs the group code of every test point")
         extra = (jnp.asarray(np.asarray(group, dtype=np.int32)),)
 
-    def predict_fn(p, Xb, *eb, data=data):
-        return spec.predict(p, data, config, Xb, *eb)
-
-    from bayes_rbfn.runtime import single_threaded_blas
-
-    draw_batch = None
-    if batch_size is None and spec.predict_streams:
-        M = int(data["Z"].shape[-2]) if "Z" in data else int(data["X"].shape[0])
-        batch_size, draw_batch = streamed_batches(X_test.shape[0], M)
-    elif batch_size is None:
-        batch_size = DEFAULT_BATCH
-    with single_threaded_blas():
-        f_mean, f_var = per_draw_moments(
-            predict_fn,
-            params,
-            X_test,
-            batch_size=batch_size,
-            extra=extra,
-            draw_batch=draw_batch,
-            data=data,
-            devices=draw_devices(config),
-        )
+    f_mean, f_var = model_moments(spec, config, data, params, X_test, extra=extra, batch_size=batch_size)
     noise = params.get("noise")
     noise_draws = None
     if noise is not None and not spec.grouped:

@@ -272,8 +272,19 @@ _SHARDED_SCRIPT = textwrap.dedent(
         ModelConfig(family=FAMILIES["se"], priors={}, mesh=mesh))
     predict_fn = lambda p, Xb, data: sor.predict(p, data, config, Xb)
     one = predictive.per_draw_moments(predict_fn, draws, X_test4, batch_size=None, draw_batch=3, data=data4)
+    used, real_compiled = set(), predictive._compiled
+    def spying_compiled(*args, **kwargs):  # the devices the batches' outputs were computed on
+        fn = real_compiled(*args, **kwargs)
+        def run(*inputs):
+            result = fn(*inputs)
+            used.update(str(d) for d in result[0].devices())
+            return result
+        return run
+    predictive._compiled = spying_compiled
     two = predictive.per_draw_moments(predict_fn, draws, X_test4, batch_size=None, draw_batch=3, data=data4,
                                       devices=spread)
+    predictive._compiled = real_compiled
+    out["draw_devices_used"] = len(used)
     out["draws_over_devices"] = max(
         float(np.max(np.abs(u - v)) / np.max(np.abs(u))) for u, v in zip(one, two))
     # Control (reported, not asserted): one device, another chunk length = another summation order.
@@ -312,4 +323,5 @@ def test_sharded_equals_single_device():
     assert result["fit_draws"] == 20 and result["fit_finite"]
     # Draw batches spread over both devices (7 batches of 3 draws, the last padded) = one device's.
     assert result["draw_devices"] == 2 and result["draw_devices_with_mesh"] is None
+    assert result["draw_devices_used"] == 2
     assert result["draws_over_devices"] < 1e-10, result["draws_over_devices"]
