@@ -12,8 +12,9 @@ sparse models are clearly worse than the exact GP. From those five fits:
 * far from Z the fitted SoR's variance has collapsed, DTC/FITC/VFE are back at the prior, and the
   collapse diagnostic says so.
 
-Fits: 2 chains, 400 warmup, 800 draws (r_hat < 1.01 and no divergences are asserted before anything is
-concluded from them). Tolerances of the deterministic identities: conftest's float64 ones.
+Fits: 2 chains, 400 warmup, 800 draws (convergence is asserted, with the bounds of tests/stochastic.py,
+before anything is concluded from them); the data and the sampler's seeds shift with
+``BAYES_RBFN_TEST_SEED``. Tolerances of the deterministic identities: conftest's float64 ones.
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ import pandas as pd
 import pytest
 import scipy.stats
 from conftest import assert_close
+from stochastic import assert_agree_within_mcse, assert_converged, mcse_mean, rng, seed
 
 from bayes_rbfn import compare
 from bayes_rbfn.compare import Comparison, compare_models, elpd_test, predictive_bands, variance_collapse
-from bayes_rbfn.diagnostics import RHAT_MAX
 from bayes_rbfn.inference import rebuild
 from bayes_rbfn.io import InputError
 from bayes_rbfn.kernels import SquaredExponential
@@ -47,14 +48,14 @@ FAR = np.array([[-50.0], [50.0]])
 FIT = {"chains": 2, "warmup": 400, "draws": 800, "chain_method": "sequential"}
 
 
-def _gp_data(seed: int = 1):
+def _gp_data(base: int = 1):
     """100 points of one SE-GP draw (ℓ = 0.06, s² = 1) plus N(0, 0.1²) noise; 60 to train, 40 held out."""
-    rng = np.random.default_rng(seed)
-    X = np.sort(rng.uniform(0.0, 1.0, 100))
+    gen = rng(base)
+    X = np.sort(gen.uniform(0.0, 1.0, 100))
     K = np.asarray(SquaredExponential(lengthscale=0.06, variance=1.0)(X[:, None], X[:, None]))
-    f = np.linalg.cholesky(K + 1e-8 * np.eye(100)) @ rng.standard_normal(100)
-    y = f + 0.1 * rng.standard_normal(100)
-    order = rng.permutation(100)
+    f = np.linalg.cholesky(K + 1e-8 * np.eye(100)) @ gen.standard_normal(100)
+    y = f + 0.1 * gen.standard_normal(100)
+    order = gen.permutation(100)
     train, test = np.sort(order[:60]), np.sort(order[60:])
     return X[train, None], y[train], X[test, None], y[test]
 
@@ -67,28 +68,29 @@ def comparison() -> tuple[Comparison, list]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = compare_models(
-            MODELS, X, y, X_test=X_test, y_test=y_test, X_pred=X_pred, num_inducing=5, seed=0, **FIT
+            MODELS, X, y, X_test=X_test, y_test=y_test, X_pred=X_pred, num_inducing=5, seed=seed(0), **FIT
         )
     return result, caught
-
-
-def _mcse_mean(idata, name: str) -> tuple[float, float]:
-    post = idata.posterior[name]
-    return float(post.mean()), float(az.mcse(idata, var_names=[name])[name])
 
 
 # --------------------------------------------------------------------------------------------------
 # The fits behind every MCMC-level conclusion
 
 
-def test_fits_converged(comparison):
-    """r_hat < 1.01 and no divergent transitions in every fit: the preconditions of the checks below."""
-    cmp, caught = comparison
-    assert not [w for w in caught if "ConvergenceWarning" in w.category.__name__]
+@pytest.mark.stochastic
+@pytest.mark.parametrize("name", MODELS)
+def test_fits_converged(comparison, name):
+    """Every fit converged (tests/stochastic.py's bounds, bulk and folded ESS ≥ 200 of 1,600 draws): the
+    preconditions of the checks below. The table reports the same fits' r_hat and divergences."""
+    cmp, _ = comparison
+    idata = cmp.idatas[name]
+    assert_converged(idata, ["lengthscale", "variance", "noise"], min_ess=200)
+    assert cmp.table.loc[name, "divergences"] == int(idata.sample_stats["diverging"].sum())
+
+
+def test_fits_share_inducing_inputs(comparison):
+    cmp, _ = comparison
     assert list(cmp.idatas) == list(MODELS)
-    for name in MODELS:
-        assert cmp.table.loc[name, "r_hat"] < RHAT_MAX, name
-        assert cmp.table.loc[name, "divergences"] == 0, name
     Z = cmp.idatas["sor"].constant_data["Z"].values
     assert Z.shape == (5, 1)
     for name in SPARSE:  # one shared set of inducing inputs
@@ -125,6 +127,7 @@ def test_loo_equals_brute_force_at_posterior_draws(comparison, name):
 # Ranking
 
 
+@pytest.mark.stochastic
 def test_exact_gp_ranks_first(comparison):
     """On data from the exact GP with a lengthscale 5 inducing inputs cannot resolve, the exact GP is first
     under PSIS-LOO and on held-out data, each gap larger than 4 standard errors of the difference (and the
@@ -144,24 +147,24 @@ def test_exact_gp_ranks_first(comparison):
     assert table["elpd_test"].idxmax() == "exact"
 
 
-def test_sor_and_dtc_sample_the_same_posterior(comparison):
+@pytest.mark.stochastic
+@pytest.mark.parametrize("var", ["lengthscale", "variance", "noise"])
+def test_sor_and_dtc_sample_the_same_posterior(comparison, var):
     """DTC's marginal likelihood is SoR's, so their hyperparameter posteriors agree (within 4 MCSE of the
     difference); only the held-out density tells their predictives apart."""
     cmp, _ = comparison
     sor, dtc = cmp.idatas["sor"], cmp.idatas["dtc"]
-    for var in ("lengthscale", "variance", "noise"):
-        m_sor, e_sor = _mcse_mean(sor, var)
-        m_dtc, e_dtc = _mcse_mean(dtc, var)
-        assert abs(m_sor - m_dtc) <= 4.0 * np.hypot(e_sor, e_dtc), var
+    assert_agree_within_mcse(sor.posterior[var].values, dtc.posterior[var].values, f"E[{var} | y]")
 
 
+@pytest.mark.stochastic
 def test_vfe_pseudo_posterior_prefers_longer_lengthscales(comparison):
     """With M too small, the VFE bound's trace term down-weights short lengthscales: the pseudo-posterior
     mean lengthscale exceeds the exact posterior's by more than 4 MCSE (sparse_models docstring)."""
     cmp, _ = comparison
-    m_vfe, e_vfe = _mcse_mean(cmp.idatas["vfe"], "lengthscale")
-    m_exact, e_exact = _mcse_mean(cmp.idatas["exact"], "lengthscale")
-    assert m_vfe - m_exact > 4.0 * np.hypot(e_vfe, e_exact)
+    vfe = cmp.idatas["vfe"].posterior["lengthscale"].values
+    exact = cmp.idatas["exact"].posterior["lengthscale"].values
+    assert vfe.mean() - exact.mean() > 4.0 * np.hypot(mcse_mean(vfe), mcse_mean(exact))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -288,13 +291,15 @@ def test_elpd_test_is_log_mean_exp_of_gaussians():
     assert_close(result.se, np.sqrt(n * np.var(expected)))
 
 
+@pytest.mark.stochastic
 def test_elpd_test_mcse_for_independent_draws():
-    """For independent draws the MCSE is the delta-method sd(g)/√S, g_s = Σ_i p_si/p̂_i (to ESS noise)."""
-    rng = np.random.default_rng(6)
+    """For independent draws the MCSE is the delta-method sd(g)/√S, g_s = Σ_i p_si/p̂_i (to ESS noise:
+    the ESS of 8,000 independent draws is estimated to a few per cent, so 15% is many of its sds)."""
+    gen = rng(6)
     chains, draws, n = 4, 2000, 5
-    f_mean = 0.3 * rng.normal(size=(chains, draws, n))
+    f_mean = 0.3 * gen.normal(size=(chains, draws, n))
     f_var = np.full((chains, draws, n), 0.2)
-    y = rng.normal(size=n)
+    y = gen.normal(size=n)
     result = elpd_test(f_mean, f_var, 0.3, y)
     var_y = 0.2 + 0.09
     p = np.exp(-0.5 * (y - f_mean) ** 2 / var_y) / np.sqrt(2 * np.pi * var_y)

@@ -1,8 +1,9 @@
 """MCMC against analytic moments: NUTS results agree with the conditional-Gaussian formulas (issue 3).
 
 Every comparison is in units of Monte-Carlo standard error computed from ArviZ's ESS (never the raw
-draw count), at the stated multiple ``K_MCSE``; seeds are fixed. The analytic side is the dense NumPy
-reference of tests/reference.py, not the library.
+draw count), at the multiple ``K_MCSE`` of tests/stochastic.py; seeds come from there too (shifted by
+``BAYES_RBFN_TEST_SEED``) and no check rests on one chain's exact trajectory. The analytic side is the
+dense NumPy reference of tests/reference.py, not the library.
 """
 
 from __future__ import annotations
@@ -13,49 +14,35 @@ import arviz as az
 import numpy as np
 import pytest
 import reference as ref
+from stochastic import (
+    assert_agree_within_mcse,
+    assert_converged,
+    assert_within_mcse,
+    rng,
+    seed,
+)
 
 import bayes_rbfn as br
 from bayes_rbfn.kernels import SquaredExponential
 
-#: Allowed deviation in Monte-Carlo standard errors.
-K_MCSE = 4.0
-#: Allowed distance of a true parameter from its posterior mean, in posterior standard deviations.
-Z_MAX = 3.5
+pytestmark = pytest.mark.stochastic
+
+#: Allowed distance of a true parameter from its posterior mean, in posterior standard deviations
+#: (13 checks in one test: 13 · 6.3e-5 ≈ 8e-4 false alarms per run for a calibrated posterior).
+Z_MAX = 4.0
 JITTER = 1e-8  # the float64 jitter policy (bayes_rbfn.linalg.JITTER), applied explicitly in references
 
 X_TEST = np.array([-1.0, 0.5, 2.5, 4.5, 6.0, 9.0])  # inside the data and well outside it (x ∈ [0, 5])
 
 
-def _data(n=40, seed=3):
-    rng = np.random.default_rng(seed)
-    X = np.sort(rng.uniform(0.0, 5.0, n))
-    y = np.sin(2.0 * X) + 0.5 * X / 5 + 0.2 * rng.standard_normal(n)
+def _data(n=40, base=3):
+    gen = rng(base)
+    X = np.sort(gen.uniform(0.0, 5.0, n))
+    y = np.sin(2.0 * X) + 0.5 * X / 5 + 0.2 * gen.standard_normal(n)
     return X, y
 
 
 Z8 = np.linspace(0.2, 4.8, 8)
-
-
-def mcse_mean(series: np.ndarray) -> float:
-    """MCSE of the mean of a (chain, draw) series: sd / sqrt(ESS_bulk)."""
-    series = np.asarray(series, dtype=float)
-    ess = float(az.ess(series, method="mean"))
-    return float(np.std(series) / np.sqrt(ess))
-
-
-def assert_within_mcse(estimate_series: np.ndarray, truth: float, what: str):
-    estimate = float(np.mean(estimate_series))
-    se = mcse_mean(estimate_series)
-    assert abs(estimate - truth) <= K_MCSE * se + 1e-12, (
-        f"{what}: MC estimate {estimate:.6g} vs analytic {truth:.6g} differ by "
-        f"{abs(estimate - truth) / max(se, 1e-300):.2f} MCSE (allowed {K_MCSE})"
-    )
-
-
-def assert_converged(idata, var_names=None):
-    report = br.diagnostics.check_convergence(idata, var_names)
-    assert report.max_rhat < 1.01, report.verdict()
-    assert report.divergences == 0, report.verdict()
 
 
 def _fit(*args, **kwargs):
@@ -83,7 +70,7 @@ def weights_only_fit():
         chains=2,
         draws=2000,
         warmup=500,
-        seed=1,
+        seed=seed(1),
         X_pred=X_TEST,
     )
     spec = {"kind": "se", "lengthscale": 0.8, "variance": 1.0}
@@ -96,7 +83,7 @@ def weights_only_fit():
 def test_weights_only_fit_converged(weights_only_fit):
     idata, _, _ = weights_only_fit
     assert set(idata.posterior.data_vars) == {"weights_raw", "weights"}
-    assert_converged(idata, ["weights_raw"])
+    assert_converged(idata, ["weights_raw"], min_ess=500)
 
 
 @pytest.mark.parametrize("point", range(len(X_TEST)), ids=[f"x={x:g}" for x in X_TEST])
@@ -134,16 +121,16 @@ def test_rbfn_stored_variance_is_zero_given_weights(weights_only_fit):
 def full_fits():
     X, y = _data()
     common = dict(Z=Z8, chains=2, draws=1000, warmup=700, X_pred=X_TEST)
-    sor = _fit("sor", X, y, seed=2, **common)
+    sor = _fit("sor", X, y, seed=seed(2), **common)
     # the weight-space posterior has the harder geometry (M more dimensions coupled to ℓ and s²)
-    rbfn = _fit("rbfn", X, y, seed=3, target_accept=0.95, **{**common, "warmup": 1000})
+    rbfn = _fit("rbfn", X, y, seed=seed(3), target_accept=0.95, **{**common, "warmup": 1000})
     return X, y, sor, rbfn
 
 
 def test_full_fits_converged(full_fits):
     _, _, sor, rbfn = full_fits
-    assert_converged(sor, ["lengthscale", "variance", "noise"])
-    assert_converged(rbfn, ["lengthscale", "variance", "noise"])
+    assert_converged(sor, ["lengthscale", "variance", "noise"], min_ess=300)
+    assert_converged(rbfn, ["lengthscale", "variance", "noise"], min_ess=100)
 
 
 @pytest.mark.parametrize("name", ["lengthscale", "variance", "noise"])
@@ -152,15 +139,14 @@ def test_sor_and_rbfn_hyperparameter_posteriors_agree(full_fits, name):
     _, _, sor, rbfn = full_fits
     a = np.log(sor.posterior[name].values)
     b = np.log(rbfn.posterior[name].values)
-    combined = np.hypot(mcse_mean(a), mcse_mean(b))
-    assert abs(a.mean() - b.mean()) <= K_MCSE * combined, (name, a.mean(), b.mean(), combined)
+    assert_agree_within_mcse(a, b, f"E[log {name} | y]")
 
 
 @pytest.fixture(scope="module")
 def map_start_fit():
     """sor started at the posterior mode with a Laplace mass matrix, and a shorter warm-up."""
     X, y = _data()
-    return _fit("sor", X, y, seed=4, init="map", Z=Z8, chains=2, draws=1000, warmup=300, X_pred=X_TEST)
+    return _fit("sor", X, y, seed=seed(4), init="map", Z=Z8, chains=2, draws=1000, warmup=300, X_pred=X_TEST)
 
 
 @pytest.mark.parametrize("name", ["lengthscale", "variance", "noise"])
@@ -168,11 +154,10 @@ def test_map_start_reaches_the_same_posterior(full_fits, map_start_fit, name):
     """init="map" changes where the chains start, not what they sample: E[log θ | y] agrees with the
     median-started sor fit within 4 combined MCSE, and the chains converged."""
     _, _, sor, _ = full_fits
-    assert_converged(map_start_fit, ["lengthscale", "variance", "noise"])
+    assert_converged(map_start_fit, ["lengthscale", "variance", "noise"], min_ess=300)
     a = np.log(sor.posterior[name].values)
     b = np.log(map_start_fit.posterior[name].values)
-    combined = np.hypot(mcse_mean(a), mcse_mean(b))
-    assert abs(a.mean() - b.mean()) <= K_MCSE * combined, (name, a.mean(), b.mean(), combined)
+    assert_agree_within_mcse(a, b, f"E[log {name} | y]")
 
 
 @pytest.mark.parametrize("point", range(len(X_TEST)), ids=[f"x={x:g}" for x in X_TEST])
@@ -183,13 +168,11 @@ def test_rao_blackwellised_sor_matches_rbfn_draws(full_fits, point):
     m_sor = sor.predictions["f_mean"].values[..., point]
     v_sor = sor.predictions["f_var"].values[..., point]
     f_rbfn = rbfn.predictions["f_mean"].values[..., point]
-    combined = np.hypot(mcse_mean(m_sor), mcse_mean(f_rbfn))
-    assert abs(m_sor.mean() - f_rbfn.mean()) <= K_MCSE * combined
+    assert_agree_within_mcse(m_sor, f_rbfn, f"E[f*] at x={X_TEST[point]}")
     centre = 0.5 * (m_sor.mean() + f_rbfn.mean())
     var_sor_series = v_sor + (m_sor - centre) ** 2
     var_rbfn_series = (f_rbfn - centre) ** 2
-    combined_v = np.hypot(mcse_mean(var_sor_series), mcse_mean(var_rbfn_series))
-    assert abs(var_sor_series.mean() - var_rbfn_series.mean()) <= K_MCSE * combined_v
+    assert_agree_within_mcse(var_sor_series, var_rbfn_series, f"Var[f*] at x={X_TEST[point]}")
 
 
 def _draw_kernel_spec(idata, c, d):
@@ -277,12 +260,12 @@ def test_predict_from_file_equals_stored_predictions(full_fits, tmp_path):
 
 @pytest.fixture(scope="module")
 def exact_fit():
-    X, y = _data(n=30, seed=5)
-    return X, y, _fit("exact", X, y, chains=2, draws=500, warmup=500, seed=4, X_pred=X_TEST)
+    X, y = _data(n=30, base=5)
+    return X, y, _fit("exact", X, y, chains=2, draws=500, warmup=500, seed=seed(4), X_pred=X_TEST)
 
 
 def test_exact_fit_converged(exact_fit):
-    assert_converged(exact_fit[2], ["lengthscale", "variance", "noise"])
+    assert_converged(exact_fit[2], ["lengthscale", "variance", "noise"], min_ess=150)
 
 
 @pytest.mark.parametrize("draw", [(0, 0), (1, 250)], ids=["c0d0", "c1d250"])
@@ -310,11 +293,12 @@ def test_exact_stored_loo_and_predictions_match_dense_reference(exact_fit, draw)
 def test_hyperprior_on_ard_lengthscales():
     """Sense (a): log ℓ_d = μ + τ z_d with μ, τ sampled; ARD lengthscales get an input_dim axis.
 
-    1,500 draws per chain: with 500, r_hat of this funnel-shaped posterior sat at the 1.01 bound and a
-    last-bit change of the kernel's rounding moved it to 1.011 (r_hat's own spread at ESS ~700)."""
-    rng = np.random.default_rng(7)
-    X = rng.uniform(0, 3, size=(40, 2))
-    y = np.sin(2 * X[:, 0]) + 0.3 * X[:, 1] + 0.1 * rng.standard_normal(40)
+    500 draws per chain reach a bulk ESS of ~600; the R̂ bound of tests/stochastic.py at that ESS is ~1.02
+    (a fixed 1.01 sat inside r_hat's own spread: a last-bit change of the kernel's rounding once moved it
+    from 1.009 to 1.011)."""
+    gen = rng(7)
+    X = gen.uniform(0, 3, size=(40, 2))
+    y = np.sin(2 * X[:, 0]) + 0.3 * X[:, 1] + 0.1 * gen.standard_normal(40)
     idata = _fit(
         "sor",
         X,
@@ -322,9 +306,9 @@ def test_hyperprior_on_ard_lengthscales():
         num_inducing=10,
         hyperprior=True,
         chains=2,
-        draws=1500,
+        draws=500,
         warmup=500,
-        seed=5,
+        seed=seed(5),
         target_accept=0.99,
     )
     post = idata.posterior
@@ -338,21 +322,21 @@ def test_hyperprior_on_ard_lengthscales():
         ),
         rtol=1e-12,
     )
-    assert_converged(idata, ["lengthscale", "variance", "noise"])
+    assert_converged(idata, ["lengthscale", "variance", "noise"], min_ess=150)
 
 
-def _simulate_groups(seed=11):
+def _simulate_groups(base=11):
     """G groups of unequal size from exact GPs whose log-lengthscales come from N(log 1.5, 0.25²)."""
-    rng = np.random.default_rng(seed)
+    gen = rng(base)
     sizes = [30, 45, 35, 50, 40, 38]
-    true_ls = np.exp(np.log(1.5) + 0.25 * rng.standard_normal(len(sizes)))
+    true_ls = np.exp(np.log(1.5) + 0.25 * gen.standard_normal(len(sizes)))
     Xs, ys, gs = [], [], []
     for g, (n, ls) in enumerate(zip(sizes, true_ls, strict=True)):
-        x = np.sort(rng.uniform(0, 10, n))
+        x = np.sort(gen.uniform(0, 10, n))
         K = ref.gram({"kind": "se", "lengthscale": ls, "variance": 1.0}, x) + 1e-10 * np.eye(n)
-        f = np.linalg.cholesky(K) @ rng.standard_normal(n)
+        f = np.linalg.cholesky(K) @ gen.standard_normal(n)
         Xs.append(x)
-        ys.append(f + 0.1 * rng.standard_normal(n))
+        ys.append(f + 0.1 * gen.standard_normal(n))
         gs.append(np.full(n, g))
     return np.concatenate(Xs), np.concatenate(ys), np.concatenate(gs), true_ls
 
@@ -362,19 +346,19 @@ def grouped_fit():
     X, y, group, true_ls = _simulate_groups()
     Z = np.linspace(0, 10, 25)
     idata = _fit(
-        "grouped", X, y, group=group, Z=Z, chains=2, draws=800, warmup=800, seed=6, target_accept=0.9
+        "grouped", X, y, group=group, Z=Z, chains=2, draws=800, warmup=800, seed=seed(6), target_accept=0.9
     )
     return X, y, group, true_ls, idata
 
 
 def test_grouped_model_converged(grouped_fit):
-    assert_converged(grouped_fit[4], ["lengthscale", "noise", "lengthscale_mu"])
+    assert_converged(grouped_fit[4], ["lengthscale", "noise", "lengthscale_mu"], min_ess=150)
 
 
 def test_grouped_model_recovers_group_and_population_parameters(grouped_fit):
     """Each group's true log-lengthscale and noise (0.1), and the population location log 1.5, lie within
     Z_MAX posterior standard deviations of the posterior mean (13 checks; a calibrated posterior misses
-    one with probability ≈ 13 · 4.7e-4 ≈ 0.6%)."""
+    one with probability ≈ 13 · 6.3e-5 ≈ 8e-4; the data are simulated afresh under each seed offset)."""
     _, _, _, true_ls, idata = grouped_fit
     post = idata.posterior
 
