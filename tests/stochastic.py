@@ -13,7 +13,8 @@ the sampler's, SBC's, Hypothesis's and that of the data the statistical claims a
     BAYES_RBFN_TEST_SEED=17 python -m pytest -q tests/test_mcmc.py
 
 Tests take their seeds from :func:`seed` and their generators from :func:`rng`. The fixed problems of the
-deterministic identity tests (whose tolerances are stated for their conditioning) are not shifted.
+deterministic identity tests (whose tolerances are stated for their conditioning) and the data set of
+tests/test_compare.py (whose claims are about that data set) are not shifted.
 
 Bounds (each check's false-alarm rate under a correct sampler, any seed)
 ------------------------------------------------------------------------

@@ -13,8 +13,10 @@ sparse models are clearly worse than the exact GP. From those five fits:
   collapse diagnostic says so.
 
 Fits: 2 chains, 400 warmup, 800 draws (convergence is asserted, with the bounds of tests/stochastic.py,
-before anything is concluded from them); the data and the sampler's seeds shift with
-``BAYES_RBFN_TEST_SEED``. Tolerances of the deterministic identities: conftest's float64 ones.
+before anything is concluded from them). The sampler's seeds shift with ``BAYES_RBFN_TEST_SEED``; the
+data set does not: the ranking gaps and the VFE bias are properties of this data set, and with other draws
+of it SoR's and DTC's lengthscale posterior can have several modes that 800 draws do not mix over (seen at
+offset 101: bulk ESS 33–45 of 1,600). Tolerances of the deterministic identities: conftest's float64 ones.
 """
 
 from __future__ import annotations
@@ -48,9 +50,9 @@ FAR = np.array([[-50.0], [50.0]])
 FIT = {"chains": 2, "warmup": 400, "draws": 800, "chain_method": "sequential"}
 
 
-def _gp_data(base: int = 1):
+def _gp_data(seed: int = 1):
     """100 points of one SE-GP draw (ℓ = 0.06, s² = 1) plus N(0, 0.1²) noise; 60 to train, 40 held out."""
-    gen = rng(base)
+    gen = np.random.default_rng(seed)  # a fixed data set (module docstring)
     X = np.sort(gen.uniform(0.0, 1.0, 100))
     K = np.asarray(SquaredExponential(lengthscale=0.06, variance=1.0)(X[:, None], X[:, None]))
     f = np.linalg.cholesky(K + 1e-8 * np.eye(100)) @ gen.standard_normal(100)
