@@ -14,11 +14,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "conditional", "fit", "kernels", "linalg", "predict"]
+__all__ = ["ExactGP", "SparseGP", "__version__", "conditional", "fit", "kernels", "linalg", "predict"]
 
 if TYPE_CHECKING:
     from bayes_rbfn import conditional, kernels, linalg
     from bayes_rbfn.inference import fit
+    from bayes_rbfn.models.distributions import ExactGP, SparseGP
     from bayes_rbfn.predictive import predict
 
 # Imported on first use (PEP 562), so that ``import bayes_rbfn.cli`` does not load JAX: the command line
@@ -29,6 +30,8 @@ _LAZY = {
     "linalg": ("bayes_rbfn.linalg", None),
     "fit": ("bayes_rbfn.inference", "fit"),
     "predict": ("bayes_rbfn.predictive", "predict"),
+    "SparseGP": ("bayes_rbfn.models.distributions", "SparseGP"),
+    "ExactGP": ("bayes_rbfn.models.distributions", "ExactGP"),
 }
 
 

@@ -68,6 +68,7 @@ __all__ = [
     "DATA_AXIS",
     "chunk_size_for",
     "data_mesh",
+    "nystrom_variance",
     "shard_data",
     "sor_factor",
     "sor_loo",
@@ -487,6 +488,36 @@ def sor_moments(
     shared = (kernel, Z, factor.weight_cov_factor(), factor.weight_mean())
     placeholder = jnp.zeros(X_test.shape[:1], X_test.dtype)
     return _over_data(local, mesh)(shared, X_test, placeholder, None)[1]
+
+
+def nystrom_variance(
+    kernel: Kernel,
+    Z: jax.Array,
+    Luu: jax.Array,
+    X: jax.Array,
+    *,
+    chunk_size: int | None = None,
+    mesh: Mesh | None = None,
+) -> jax.Array:
+    """diag(Q_ff) = ‖L_uu⁻¹ k_u(x_n)‖² per input, shape (N,), streamed over chunks of X (memory O(MC)).
+
+    The per-point counterpart of the sums above: FITC's diagonal σ² + k(x_n, x_n) − diag(Q_ff)_n needs it
+    before its Woodbury pass (:func:`bayes_rbfn.sparse.nystrom_residual` is the dense-K_uf form).
+    """
+    C = chunk_size or chunk_size_for(Z.shape[0], Luu.dtype)
+
+    def local(shared, X, y, w):
+        kernel, Z, W = shared
+
+        def body(carry, x):
+            A = W @ kernel(Z, x)
+            return carry, jnp.sum(A * A, axis=0)
+
+        return None, _stream(body, None, C, X)[1]
+
+    W = linalg.solve_lower(Luu, _identity_like(Luu))
+    placeholder = jnp.zeros(X.shape[:1], X.dtype)
+    return _over_data(local, mesh)((kernel, Z, W), X, placeholder, None)[1]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,0 +1,357 @@
+"""The sparse and the exact GP marginal as NumPyro distributions, for use in a model of one's own.
+
+``SparseGP(kernel, X, Z, noise, approx=...)`` is the distribution of y ∈ ℝᴺ under a sparse GP prior plus
+Gaussian noise; ``ExactGP(kernel, X, noise)`` the exact one::
+
+    def model(X, Z, y=None):
+        ell = numpyro.sample("lengthscale", dist.LogNormal(0.0, 1.0))
+        s2 = numpyro.sample("variance", dist.LogNormal(0.0, 1.0))
+        noise = numpyro.sample("noise", dist.LogNormal(-2.0, 1.0))
+        kernel = SquaredExponential(lengthscale=ell, variance=s2)
+        numpyro.sample("y", bayes_rbfn.SparseGP(kernel, X, Z, noise), obs=y)
+
+================  =====================================================  ==========================
+``approx``        ``log_prob(y)``                                         ``sample``
+================  =====================================================  ==========================
+``"sor"``         log N(y | m, Q_ff + σ²I) ([1] §4)                       N(m, Q_ff + σ²I)
+``"dtc"``         the same marginal ([1] §5; DTC differs at prediction)   the same
+``"fitc"``        log N(y | m, Q_ff + Λ), Λ = diag(K_ff − Q_ff) + σ²I     N(m, Q_ff + Λ)
+``"vfe"``         Titsias's bound: DTC's log density − tr(K_ff − Q_ff)/(2σ²)  DTC's marginal
+================  =====================================================  ==========================
+
+with Q_ff = K_fu K_uu⁻¹ K_uf and m the mean (a number, an (N,) array, or a callable of X).
+
+* ``log_prob`` costs O(NM²) and goes through the package's one streamed, whitened pass
+  (:func:`bayes_rbfn.parallel.sor_factor`; FITC's diagonal from :func:`bayes_rbfn.parallel.nystrom_variance`):
+  no N×N matrix. It is -inf, never NaN, when a factorisation fails (so NUTS rejects the step).
+* **VFE is a bound, not a density**: exp(log_prob) integrates over y to exp(−tr(K_ff − Q_ff)/(2σ²)) ≤ 1
+  ([2] eq. (9)); NUTS on it samples a pseudo-posterior (see :mod:`bayes_rbfn.models.sparse_models`).
+  ``sample`` therefore draws from DTC's marginal, the density the bound is proportional to in y.
+* ``sample`` costs O(NM) per draw through the low-rank structure: f = K_fu L_uu⁻ᵀ v with v ~ N(0, I_M),
+  plus FITC's independent diag(K_ff − Q_ff), plus σε.
+* :meth:`SparseGP.condition` returns the analytic predictive of the latent f* at new inputs from the same
+  functions as :mod:`bayes_rbfn.conditional` and :mod:`bayes_rbfn.sparse`; :meth:`SparseGP.loo_log_prob`
+  the N leave-one-out conditionals log p(y_i | y_−i) in O(NM²), for PSIS-LOO
+  (:func:`bayes_rbfn.models.distributions.loo_log_likelihood` puts them into an InferenceData).
+
+References
+----------
+[1] Quiñonero-Candela, J. & Rasmussen, C. E. (2005). A unifying view of sparse approximate Gaussian
+    process regression. JMLR 6, 1939–1959.
+[2] Titsias, M. (2009). Variational learning of inducing variables in sparse Gaussian processes. AISTATS.
+[3] Bürkner, P.-C., Gabry, J. & Vehtari, A. (2020). Efficient leave-one-out cross-validation for Bayesian
+    non-factorized normal and Student-t models. Computational Statistics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+from numpyro.distributions import constraints
+
+from bayes_rbfn import conditional, linalg, parallel, sparse
+from bayes_rbfn.kernels import Kernel
+
+__all__ = ["APPROXIMATIONS", "ExactGP", "SparseGP", "loo_log_likelihood"]
+
+#: The sparse approximations :class:`SparseGP` takes.
+APPROXIMATIONS = ("sor", "dtc", "fitc", "vfe")
+
+
+def _as_inputs(X: Any, name: str) -> jax.Array:
+    X = jnp.asarray(X)
+    if X.ndim == 1:
+        X = X[:, None]
+    if X.ndim != 2:
+        raise ValueError(f"{name}: expected shape (N,) or (N, D), got {X.shape}")
+    return X
+
+
+def _mean_vector(mean: Any, X: jax.Array, name: str = "mean") -> jax.Array:
+    """The prior mean at X, shape (N,): from a number, an (N,) array or a callable of X."""
+    N = X.shape[0]
+    value = mean(X) if callable(mean) else mean
+    value = jnp.asarray(value, dtype=X.dtype)
+    if value.ndim == 0:
+        return jnp.broadcast_to(value, (N,))
+    if value.shape != (N,):
+        raise ValueError(
+            f"{name}: expected a number, an array of shape ({N},) or a callable of X, got shape {value.shape}"
+        )
+    return value
+
+
+def _predictive(mean: jax.Array, moments: conditional.Gaussian, full_cov: bool) -> dist.Distribution:
+    """Normal(...).to_event(1), or MultivariateNormal with the package's jitter policy on its Cholesky."""
+    if full_cov:
+        return dist.MultivariateNormal(mean + moments.mean, scale_tril=linalg.cholesky(moments.cov))
+    return dist.Normal(mean + moments.mean, jnp.sqrt(jnp.maximum(moments.var, 0.0))).to_event(1)
+
+
+class _GaussianProcessMarginal(dist.Distribution):
+    """What both marginals share: the event shape (N,), the mean, support on ℝᴺ."""
+
+    arg_constraints: ClassVar[dict] = {}
+    support = constraints.real_vector
+    pytree_data_fields = ("kernel", "X", "noise", "loc", "_mean_value")
+    pytree_aux_fields = ("_mean_fn",)
+
+    def _init_common(self, kernel: Kernel, X: Any, noise: Any, mean: Any, validate_args: Any) -> None:
+        if not isinstance(kernel, Kernel):
+            raise ValueError(f"kernel: expected a bayes_rbfn.kernels.Kernel, got {type(kernel).__name__}")
+        self.kernel = kernel
+        self.X = _as_inputs(X, "X")
+        self.noise = jnp.asarray(noise, dtype=self.X.dtype)
+        if self.noise.ndim != 0:
+            raise ValueError(f"noise: expected a scalar standard deviation σ, got shape {self.noise.shape}")
+        # What condition() needs to evaluate the mean at new inputs: the callable, or the number.
+        self._mean_fn = mean if callable(mean) else None
+        scalar = not callable(mean) and jnp.ndim(mean) == 0
+        self._mean_value = jnp.asarray(mean, dtype=self.X.dtype) if scalar else None
+        self.loc = _mean_vector(mean, self.X)
+        super().__init__(batch_shape=(), event_shape=(self.X.shape[0],), validate_args=validate_args)
+
+    @property
+    def mean(self) -> jax.Array:
+        return self.loc
+
+    def _mean_for_condition(self, X_test: jax.Array, mean_test: Any) -> jax.Array:
+        """The prior mean at X_test: ``mean_test`` if given, else the callable or the number of ``mean``."""
+        if mean_test is not None:
+            return _mean_vector(mean_test, X_test, "mean_test")
+        if self._mean_fn is not None:
+            return _mean_vector(self._mean_fn, X_test)
+        if self._mean_value is not None:
+            return _mean_vector(self._mean_value, X_test)
+        raise ValueError(
+            "mean_test: the mean was given as an array at X, so its values at X_test are needed; pass "
+            "mean_test=(S,) or give the mean as a number or a callable of X"
+        )
+
+
+class SparseGP(_GaussianProcessMarginal):
+    """y ~ the marginal of a sparse GP with inducing inputs Z, plus N(0, σ²) noise; event shape (N,).
+
+    Args:
+        kernel: a :class:`~bayes_rbfn.kernels.Kernel` (its hyperparameters may be NumPyro sample values).
+        X: (N, D) or (N,) inputs. Z: (M, D) or (M,) inducing inputs (the RBF centres).
+        noise: σ, the noise standard deviation (a scalar).
+        approx: ``"sor"`` (default), ``"dtc"``, ``"fitc"`` or ``"vfe"`` (see the module docstring; VFE's
+            ``log_prob`` is Titsias's bound, not a normalised density).
+        mean: the prior mean: a number, an (N,) array, or a callable of X returning (N,).
+        jitter: relative jitter on K_uu (default: the package's policy, :func:`bayes_rbfn.linalg.cholesky`).
+    """
+
+    pytree_data_fields = ("Z",)
+    pytree_aux_fields = ("approx", "jitter")
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        X: Any,
+        Z: Any,
+        noise: Any,
+        *,
+        approx: str = "sor",
+        mean: Any = 0.0,
+        jitter: float | None = None,
+        validate_args: bool | None = None,
+    ) -> None:
+        if approx not in APPROXIMATIONS:
+            expected = ", ".join(map(repr, APPROXIMATIONS))
+            raise ValueError(f"approx: expected one of {expected}, got {approx!r}")
+        if jitter is not None and not (np.isfinite(jitter) and jitter > 0):
+            raise ValueError(f"jitter: expected a finite number > 0 (or None for the policy), got {jitter!r}")
+        self.approx = approx
+        self.jitter = jitter
+        self._init_common(kernel, X, noise, mean, validate_args)
+        self.Z = _as_inputs(Z, "Z").astype(self.X.dtype)
+        if self.Z.shape[1] != self.X.shape[1]:
+            raise ValueError(
+                f"Z: expected {self.X.shape[1]} input dimension(s) as X has, got {self.Z.shape[1]}"
+            )
+
+    # -- the O(NM²) factorisation ------------------------------------------------------------------
+
+    def _Luu(self) -> jax.Array:
+        return linalg.cholesky(self.kernel(self.Z, self.Z), self.jitter)
+
+    def _diagonal(self, Luu: jax.Array) -> jax.Array:
+        """D of C = Q_ff + D: σ² (sor, dtc, vfe) or FITC's σ² + diag(K_ff − Q_ff), clamped at 0, (N,)."""
+        if self.approx != "fitc":
+            return self.noise**2
+        q = parallel.nystrom_variance(self.kernel, self.Z, Luu, self.X)
+        return self.noise**2 + jnp.maximum(self.kernel.diag(self.X) - q, 0.0)
+
+    def _factor(self, r: jax.Array) -> tuple[linalg.Woodbury, Any]:
+        Luu = self._Luu()
+        d = self._diagonal(Luu)
+        stats = parallel.woodbury_stats(self.kernel, self.Z, self.X, r, d, Luu)
+        return linalg.woodbury(Luu, None, None, None, stats=stats, n=self.X.shape[0]), d
+
+    def log_prob(self, value: jax.Array) -> jax.Array:
+        """log N(y | m, Q_ff + D) (VFE: − tr(K_ff − Q_ff)/(2σ²)), O(NM²); -inf if a factorisation fails."""
+        factor, _ = self._factor(value - self.loc)
+        logp = factor.log_marginal_likelihood()
+        if self.approx == "vfe":
+            # tr(Q_ff)/σ² = tr(AAᵀ) = ‖L_B‖²_F − M, as B = I + AAᵀ = L_B L_Bᵀ: no second pass over the data.
+            trace_Q = self.noise**2 * (jnp.sum(factor.LB**2) - factor.LB.shape[0])
+            trace = jnp.maximum(jnp.sum(self.kernel.diag(self.X)) - trace_Q, 0.0)
+            logp = logp - 0.5 * trace / self.noise**2
+        return linalg.finite_or_neg_inf(logp)
+
+    def sample(self, key: jax.Array, sample_shape: tuple[int, ...] = ()) -> jax.Array:
+        """Draws of y, shape sample_shape + (N,): f = K_fu L_uu⁻ᵀ v (+ FITC's diagonal) + σε, O(NM) each.
+
+        For ``approx="vfe"`` these are draws from DTC's marginal (the module docstring says why).
+        """
+        Luu = self._Luu()
+        # Rows of K_fu L_uu⁻ᵀ = (L_uu⁻¹ K_uf)ᵀ: Q_ff = (that)(that)ᵀ.
+        factor_f = linalg.solve_lower(Luu, self.kernel(self.Z, self.X)).T
+        k_low, k_fitc, k_noise = jax.random.split(key, 3)
+        M, N = self.Z.shape[0], self.X.shape[0]
+        v = jax.random.normal(k_low, (*sample_shape, M), dtype=self.X.dtype)
+        y = self.loc + v @ factor_f.T
+        if self.approx == "fitc":
+            residual = jnp.maximum(self.kernel.diag(self.X) - jnp.sum(factor_f**2, axis=1), 0.0)
+            y = y + jnp.sqrt(residual) * jax.random.normal(k_fitc, (*sample_shape, N), dtype=self.X.dtype)
+        return y + self.noise * jax.random.normal(k_noise, (*sample_shape, N), dtype=self.X.dtype)
+
+    def condition(
+        self, y: Any, X_test: Any, *, full_cov: bool = False, mean_test: Any = None
+    ) -> dist.Distribution:
+        """The analytic predictive of the latent f* at X_test given y, as a NumPyro distribution.
+
+        SoR: f* = K_*u α with α | y Gaussian (:func:`bayes_rbfn.conditional.sor_predict`); DTC, FITC and
+        VFE: :func:`bayes_rbfn.sparse.dtc_predict`/``fitc_predict``/``vfe_predict`` ([1] eqs. (21), (25)).
+
+        Args:
+            y: (N,) observations. X_test: (S, D) or (S,) inputs.
+            full_cov: a ``MultivariateNormal`` over the S points (jittered by the package's policy: SoR's
+                covariance has rank ≤ M) instead of independent ``Normal(...).to_event(1)``.
+            mean_test: the prior mean at X_test, needed when ``mean`` was an array at X.
+        """
+        X_test = _as_inputs(X_test, "X_test").astype(self.X.dtype)
+        factor, _ = self._factor(jnp.asarray(y, self.X.dtype) - self.loc)
+        predict = {
+            "sor": conditional.sor_predict,
+            "dtc": sparse.dtc_predict,
+            "fitc": sparse.fitc_predict,
+            "vfe": sparse.vfe_predict,
+        }[self.approx]
+        moments = predict(factor, self.kernel, self.Z, X_test, full_cov=full_cov)
+        return _predictive(self._mean_for_condition(X_test, mean_test), moments, full_cov)
+
+    def loo_log_prob(self, y: Any) -> jax.Array:
+        """The N leave-one-out conditionals log p(y_i | y_−i), shape (N,), in O(NM²) ([3]).
+
+        Under the marginal N(m, Q_ff + D) (VFE: DTC's, the density its bound is proportional to in y).
+        """
+        r = jnp.asarray(y, self.X.dtype) - self.loc
+        factor, d = self._factor(r)
+        return parallel.sor_loo(factor, self.kernel, self.Z, self.X, r, d)
+
+
+class ExactGP(_GaussianProcessMarginal):
+    """y ~ N(m, K_ff + σ²I), the exact GP marginal; event shape (N,). O(N³): the reference model.
+
+    Args as :class:`SparseGP` without ``Z``, ``approx`` and ``jitter`` (σ² > 0 regularises K_ff).
+    """
+
+    def __init__(
+        self, kernel: Kernel, X: Any, noise: Any, *, mean: Any = 0.0, validate_args: bool | None = None
+    ) -> None:
+        self._init_common(kernel, X, noise, mean, validate_args)
+
+    def log_prob(self, value: jax.Array) -> jax.Array:
+        """log N(y | m, K_ff + σ²I) (R&W eq. (2.30)); -inf if the factorisation fails."""
+        logp = conditional.exact_log_marginal(self.kernel, self.X, value - self.loc, self.noise)
+        return linalg.finite_or_neg_inf(logp)
+
+    def sample(self, key: jax.Array, sample_shape: tuple[int, ...] = ()) -> jax.Array:
+        L = conditional.exact_factor(self.kernel, self.X, self.noise)
+        eps = jax.random.normal(key, (*sample_shape, self.X.shape[0]), dtype=self.X.dtype)
+        return self.loc + eps @ L.T
+
+    def condition(
+        self, y: Any, X_test: Any, *, full_cov: bool = False, mean_test: Any = None
+    ) -> dist.Distribution:
+        """The exact predictive of the latent f* at X_test (:func:`bayes_rbfn.conditional.exact_predict`)."""
+        X_test = _as_inputs(X_test, "X_test").astype(self.X.dtype)
+        r = jnp.asarray(y, self.X.dtype) - self.loc
+        moments = conditional.exact_predict(self.kernel, self.X, r, self.noise, X_test, full_cov=full_cov)
+        return _predictive(self._mean_for_condition(X_test, mean_test), moments, full_cov)
+
+    def loo_log_prob(self, y: Any) -> jax.Array:
+        """The N leave-one-out conditionals log p(y_i | y_−i), shape (N,) (O(N³))."""
+        r = jnp.asarray(y, self.X.dtype) - self.loc
+        return conditional.exact_loo(self.kernel, self.X, r, self.noise)
+
+
+def loo_log_likelihood(
+    idata: Any,
+    model: Callable,
+    *args: Any,
+    site: str = "y",
+    batch_size: int = 64,
+    **kwargs: Any,
+) -> Any:
+    """Put the LOO conditionals of a GP-marginal site into ``idata.log_likelihood`` so ``az.loo`` works.
+
+    ``az.from_numpyro`` stores one log density per draw for a site whose likelihood does not factorise
+    (``SparseGP``, ``ExactGP``), and ``az.loo`` would then see a single observation. For PSIS-LOO of such a
+    model the pointwise values must be the conditionals log p(y_i | y_−i, θ) ([3]): this replays ``model``
+    at every posterior draw (``numpyro.handlers.substitute``), takes the distribution at ``site`` and
+    calls its ``loo_log_prob`` on the observed value; draws are evaluated ``batch_size`` at a time.
+
+    Args:
+        idata: InferenceData from ``az.from_numpyro`` with a ``posterior`` group.
+        model: the NumPyro model function; ``*args, **kwargs`` as passed to ``MCMC.run`` (with the data).
+        site: the observed site whose distribution is a :class:`SparseGP` or :class:`ExactGP`.
+
+    Returns:
+        ``idata``, with ``log_likelihood[site]`` of shape (chain, draw, N) (replaced if present).
+    """
+    import xarray as xr
+    from numpyro import handlers
+
+    post = idata.posterior
+    chains, draws = post.sizes["chain"], post.sizes["draw"]
+    names = list(post.data_vars)
+    flat = {n: np.asarray(post[n].values).reshape(chains * draws, *post[n].shape[2:]) for n in names}
+
+    def one(values):
+        trace = handlers.trace(handlers.substitute(model, data=values)).get_trace(*args, **kwargs)
+        if site not in trace:
+            raise ValueError(f"site: the model has no site {site!r}")
+        node = trace[site]
+        if not hasattr(node["fn"], "loo_log_prob"):
+            raise ValueError(
+                f"site: {site!r} is a {type(node['fn']).__name__}, not a SparseGP or ExactGP (a factorised "
+                "likelihood's pointwise log density is already what az.from_numpyro stores)"
+            )
+        if not node["is_observed"]:
+            raise ValueError(f"site: {site!r} is not observed")
+        return node["fn"].loo_log_prob(node["value"])
+
+    batched = jax.jit(jax.vmap(one))
+    out = []
+    for start in range(0, chains * draws, batch_size):
+        out.append(np.asarray(batched({n: v[start : start + batch_size] for n, v in flat.items()})))
+    values = np.concatenate(out).reshape(chains, draws, -1)
+    dim = f"{site}_dim_0"
+    array = xr.DataArray(
+        values,
+        dims=("chain", "draw", dim),
+        coords={"chain": post["chain"].values, "draw": post["draw"].values},
+    )
+    if "log_likelihood" in idata.groups():
+        idata.log_likelihood[site] = array
+    else:
+        idata.add_groups(log_likelihood=xr.Dataset({site: array}))
+    return idata
