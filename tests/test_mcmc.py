@@ -45,6 +45,16 @@ def _data(n=40, base=3):
 Z8 = np.linspace(0.2, 4.8, 8)
 
 
+def assert_at_draw(actual, expected, rtol=1e-8):
+    """An identity at one posterior draw. Which draw that is depends on the seed, and so does the
+    conditioning of its matrices: the absolute floor, 1e-9 × the values' scale, covers rounding at
+    condition numbers up to ~1e6 (seen: 1.6e-10 on LOO values of order 1) and is still some 1e8 times
+    below the error of a wrong formula."""
+    expected = np.asarray(expected, dtype=float)
+    scale = max(1.0, float(np.max(np.abs(expected))))
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=1e-9 * scale)
+
+
 def _fit(*args, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", br.diagnostics.ConvergenceWarning)
@@ -194,7 +204,7 @@ def test_sor_log_likelihood_is_brute_force_loo(full_fits, draw):
     offset = sor.constant_data["y_offset"].values.item()
     C = ref.sor_covariance(ref.gram(spec, X, Z8), ref.jittered(ref.gram(spec, Z8), JITTER), noise)
     expected = ref.loo_refit(C, y - offset)
-    np.testing.assert_allclose(sor.log_likelihood["y"].values[c, d], expected, rtol=1e-8, atol=1e-10)
+    assert_at_draw(sor.log_likelihood["y"].values[c, d], expected)
 
 
 @pytest.mark.parametrize("draw", [(0, 3), (1, 811)], ids=["c0d3", "c1d811"])
@@ -209,8 +219,8 @@ def test_sor_stored_predictions_are_the_analytic_conditional(full_fits, draw):
     mean, cov = ref.sor_function_space(
         ref.gram(spec, X, Z8), Kuu, ref.gram(spec, X_TEST, Z8), y - offset, noise
     )
-    np.testing.assert_allclose(sor.predictions["f_mean"].values[c, d], mean + offset, rtol=1e-8, atol=1e-10)
-    np.testing.assert_allclose(sor.predictions["f_var"].values[c, d], np.diag(cov), rtol=1e-7, atol=1e-10)
+    assert_at_draw(sor.predictions["f_mean"].values[c, d], mean + offset)
+    assert_at_draw(sor.predictions["f_var"].values[c, d], np.diag(cov), rtol=1e-7)
 
 
 def test_inference_data_contract(full_fits):
@@ -276,14 +286,12 @@ def test_exact_stored_loo_and_predictions_match_dense_reference(exact_fit, draw)
     noise = float(idata.posterior["noise"].values[c, d])
     offset = idata.constant_data["y_offset"].values.item()
     C = ref.gram(spec, X) + noise**2 * np.eye(len(X))
-    np.testing.assert_allclose(
-        idata.log_likelihood["y"].values[c, d], ref.loo_refit(C, y - offset), rtol=1e-8, atol=1e-10
-    )
+    assert_at_draw(idata.log_likelihood["y"].values[c, d], ref.loo_refit(C, y - offset))
     mean, cov = ref.exact_predict(
         ref.gram(spec, X), ref.gram(spec, X, X_TEST), ref.gram(spec, X_TEST), y - offset, noise
     )
-    np.testing.assert_allclose(idata.predictions["f_mean"].values[c, d], mean + offset, rtol=1e-8, atol=1e-10)
-    np.testing.assert_allclose(idata.predictions["f_var"].values[c, d], np.diag(cov), rtol=1e-7, atol=1e-10)
+    assert_at_draw(idata.predictions["f_mean"].values[c, d], mean + offset)
+    assert_at_draw(idata.predictions["f_var"].values[c, d], np.diag(cov), rtol=1e-7)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -388,4 +396,4 @@ def test_grouped_log_likelihood_is_per_group_brute_force_loo(grouped_fit):
         }
         noise = float(post["noise"].values[c, d, g])
         C = ref.sor_covariance(ref.gram(spec, X[idx], Z), ref.jittered(ref.gram(spec, Z), JITTER), noise)
-        np.testing.assert_allclose(stored[idx], ref.loo_refit(C, y[idx] - offsets[g]), rtol=1e-8, atol=1e-10)
+        assert_at_draw(stored[idx], ref.loo_refit(C, y[idx] - offsets[g]))
