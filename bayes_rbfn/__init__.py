@@ -14,12 +14,24 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["ExactGP", "SparseGP", "__version__", "conditional", "fit", "kernels", "linalg", "predict"]
+__all__ = [
+    "ExactGP",
+    "SparseGP",
+    "__version__",
+    "conditional",
+    "fit",
+    "kernels",
+    "linalg",
+    "predict",
+    "predict_rbfn",
+    "rbfn",
+]
 
 if TYPE_CHECKING:
     from bayes_rbfn import conditional, kernels, linalg
     from bayes_rbfn.inference import fit
     from bayes_rbfn.models.distributions import ExactGP, SparseGP
+    from bayes_rbfn.models.layers import predict_rbfn, rbfn
     from bayes_rbfn.predictive import predict
 
 # Imported on first use (PEP 562), so that ``import bayes_rbfn.cli`` does not load JAX: the command line
@@ -32,6 +44,8 @@ _LAZY = {
     "predict": ("bayes_rbfn.predictive", "predict"),
     "SparseGP": ("bayes_rbfn.models.distributions", "SparseGP"),
     "ExactGP": ("bayes_rbfn.models.distributions", "ExactGP"),
+    "rbfn": ("bayes_rbfn.models.layers", "rbfn"),
+    "predict_rbfn": ("bayes_rbfn.models.layers", "predict_rbfn"),
 }
 
 

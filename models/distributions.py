@@ -56,34 +56,12 @@ from numpyro.distributions import constraints
 
 from bayes_rbfn import conditional, linalg, parallel, sparse
 from bayes_rbfn.kernels import Kernel
+from bayes_rbfn.models.means import as_inputs, mean_vector
 
 __all__ = ["APPROXIMATIONS", "ExactGP", "SparseGP", "loo_log_likelihood"]
 
 #: The sparse approximations :class:`SparseGP` takes.
 APPROXIMATIONS = ("sor", "dtc", "fitc", "vfe")
-
-
-def _as_inputs(X: Any, name: str) -> jax.Array:
-    X = jnp.asarray(X)
-    if X.ndim == 1:
-        X = X[:, None]
-    if X.ndim != 2:
-        raise ValueError(f"{name}: expected shape (N,) or (N, D), got {X.shape}")
-    return X
-
-
-def _mean_vector(mean: Any, X: jax.Array, name: str = "mean") -> jax.Array:
-    """The prior mean at X, shape (N,): from a number, an (N,) array or a callable of X."""
-    N = X.shape[0]
-    value = mean(X) if callable(mean) else mean
-    value = jnp.asarray(value, dtype=X.dtype)
-    if value.ndim == 0:
-        return jnp.broadcast_to(value, (N,))
-    if value.shape != (N,):
-        raise ValueError(
-            f"{name}: expected a number, an array of shape ({N},) or a callable of X, got shape {value.shape}"
-        )
-    return value
 
 
 def _predictive(mean: jax.Array, moments: conditional.Gaussian, full_cov: bool) -> dist.Distribution:
@@ -105,7 +83,7 @@ class _GaussianProcessMarginal(dist.Distribution):
         if not isinstance(kernel, Kernel):
             raise ValueError(f"kernel: expected a bayes_rbfn.kernels.Kernel, got {type(kernel).__name__}")
         self.kernel = kernel
-        self.X = _as_inputs(X, "X")
+        self.X = as_inputs(X, "X")
         self.noise = jnp.asarray(noise, dtype=self.X.dtype)
         if self.noise.ndim != 0:
             raise ValueError(f"noise: expected a scalar standard deviation σ, got shape {self.noise.shape}")
@@ -113,7 +91,7 @@ class _GaussianProcessMarginal(dist.Distribution):
         self._mean_fn = mean if callable(mean) else None
         scalar = not callable(mean) and jnp.ndim(mean) == 0
         self._mean_value = jnp.asarray(mean, dtype=self.X.dtype) if scalar else None
-        self.loc = _mean_vector(mean, self.X)
+        self.loc = mean_vector(mean, self.X)
         super().__init__(batch_shape=(), event_shape=(self.X.shape[0],), validate_args=validate_args)
 
     @property
@@ -123,11 +101,11 @@ class _GaussianProcessMarginal(dist.Distribution):
     def _mean_for_condition(self, X_test: jax.Array, mean_test: Any) -> jax.Array:
         """The prior mean at X_test: ``mean_test`` if given, else the callable or the number of ``mean``."""
         if mean_test is not None:
-            return _mean_vector(mean_test, X_test, "mean_test")
+            return mean_vector(mean_test, X_test, "mean_test")
         if self._mean_fn is not None:
-            return _mean_vector(self._mean_fn, X_test)
+            return mean_vector(self._mean_fn, X_test)
         if self._mean_value is not None:
-            return _mean_vector(self._mean_value, X_test)
+            return mean_vector(self._mean_value, X_test)
         raise ValueError(
             "mean_test: the mean was given as an array at X, so its values at X_test are needed; pass "
             "mean_test=(S,) or give the mean as a number or a callable of X"
@@ -170,7 +148,7 @@ class SparseGP(_GaussianProcessMarginal):
         self.approx = approx
         self.jitter = jitter
         self._init_common(kernel, X, noise, mean, validate_args)
-        self.Z = _as_inputs(Z, "Z").astype(self.X.dtype)
+        self.Z = as_inputs(Z, "Z").astype(self.X.dtype)
         if self.Z.shape[1] != self.X.shape[1]:
             raise ValueError(
                 f"Z: expected {self.X.shape[1]} input dimension(s) as X has, got {self.Z.shape[1]}"
@@ -236,7 +214,7 @@ class SparseGP(_GaussianProcessMarginal):
                 covariance has rank ≤ M) instead of independent ``Normal(...).to_event(1)``.
             mean_test: the prior mean at X_test, needed when ``mean`` was an array at X.
         """
-        X_test = _as_inputs(X_test, "X_test").astype(self.X.dtype)
+        X_test = as_inputs(X_test, "X_test").astype(self.X.dtype)
         factor, _ = self._factor(jnp.asarray(y, self.X.dtype) - self.loc)
         predict = {
             "sor": conditional.sor_predict,
@@ -282,7 +260,7 @@ class ExactGP(_GaussianProcessMarginal):
         self, y: Any, X_test: Any, *, full_cov: bool = False, mean_test: Any = None
     ) -> dist.Distribution:
         """The exact predictive of the latent f* at X_test (:func:`bayes_rbfn.conditional.exact_predict`)."""
-        X_test = _as_inputs(X_test, "X_test").astype(self.X.dtype)
+        X_test = as_inputs(X_test, "X_test").astype(self.X.dtype)
         r = jnp.asarray(y, self.X.dtype) - self.loc
         moments = conditional.exact_predict(self.kernel, self.X, r, self.noise, X_test, full_cov=full_cov)
         return _predictive(self._mean_for_condition(X_test, mean_test), moments, full_cov)

@@ -1,0 +1,137 @@
+"""The RBF network layer ``bayes_rbfn.rbfn`` inside user-written NumPyro models, against dense NumPy/SciPy.
+
+* the sites and their values for given whitened weights: α = L_uu⁻ᵀ v and f = m + K_fu α, written densely;
+* the prior covariance of f is the SoR covariance Q_ff = K_fu K_uu⁻¹ K_uf (within 5 Monte-Carlo SE);
+* under a Poisson likelihood the model's joint log density is SciPy's Poisson log pmf of the counts plus
+  the standard normal log density of v;
+* :func:`bayes_rbfn.predict_rbfn` equals K_*u α + m per draw; bad arguments name themselves.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+import scipy.stats
+import stochastic
+from conftest import assert_close
+from numpyro import handlers
+from numpyro.infer import Predictive
+from numpyro.infer.util import log_density
+
+import bayes_rbfn as br
+from bayes_rbfn.kernels import SquaredExponential
+
+JITTER = 1e-8  # the float64 jitter policy (bayes_rbfn.linalg.JITTER)
+X = np.linspace(0.0, 2.0, 7)[:, None]
+Z = np.array([[0.2], [0.9], [1.7]])
+X_TEST = np.array([[-0.4], [1.1], [3.0]])
+KERNEL = SquaredExponential(lengthscale=0.6, variance=0.8)
+COUNTS = np.array([1, 0, 3, 2, 5, 1, 0])
+
+
+def _dense(kernel_spec=KERNEL):
+    Kuu = np.asarray(kernel_spec(Z, Z))
+    Kuu = Kuu + JITTER * np.mean(np.diag(Kuu)) * np.eye(len(Z))
+    return np.asarray(kernel_spec(X, Z)), Kuu
+
+
+def _layer_only(mean=0.0):
+    return br.rbfn("f", KERNEL, X, Z, mean=mean)
+
+
+def _poisson_model(X, Z, k=None):
+    """What a user writes: their priors, the layer, a Poisson likelihood with a log link."""
+    ell = numpyro.sample("lengthscale", dist.LogNormal(0.0, 0.5))
+    s2 = numpyro.sample("variance", dist.LogNormal(0.0, 0.5))
+    f = br.rbfn("f", SquaredExponential(lengthscale=ell, variance=s2), X, Z, mean=0.5)
+    numpyro.sample("k", dist.Poisson(jnp.exp(f)), obs=k)
+
+
+@pytest.mark.parametrize("mean", [0.0, 0.3, "callable"], ids=["zero", "number", "callable"])
+def test_sites_are_the_whitened_weights_and_their_image(mean):
+    m = (lambda A: 0.2 * A[:, 0]) if mean == "callable" else mean
+    v = np.array([0.3, -1.2, 0.8])
+    trace = handlers.trace(handlers.substitute(_layer_only, data={"f_v": v})).get_trace(m)
+    assert trace["f_v"]["type"] == "sample" and trace["f_v"]["fn"].event_shape == (3,)
+    Kfu, Kuu = _dense()
+    alpha = np.linalg.solve(np.linalg.cholesky(Kuu).T, v)  # α = L_uu⁻ᵀ v, so Cov α = K_uu⁻¹
+    expected_f = (m(X) if callable(m) else m) + Kfu @ alpha
+    assert_close(trace["f_alpha"]["value"], alpha)
+    assert_close(trace["f"]["value"], expected_f)
+
+
+@pytest.mark.stochastic
+def test_prior_covariance_of_f_is_the_sor_covariance():
+    """20,000 prior draws of f: mean 0 and covariance Q_ff within 5 SE per entry (35 checks)."""
+    S = 20_000
+    f = np.asarray(Predictive(_layer_only, num_samples=S)(jax.random.PRNGKey(stochastic.seed(8)))["f"])
+    Kfu, Kuu = _dense()
+    Q = Kfu @ np.linalg.solve(Kuu, Kfu.T)
+    assert np.all(np.abs(f.mean(0)) < 5 * np.sqrt(np.diag(Q) / S))
+    se = np.sqrt((np.outer(np.diag(Q), np.diag(Q)) + Q**2) / S)
+    assert np.all(np.abs(f.T @ f / S - Q) < 5 * se)
+
+
+def test_poisson_log_density_equals_scipy():
+    params = {"lengthscale": 0.7, "variance": 1.1, "f_v": np.array([0.5, -0.4, 1.3])}
+    value, _ = log_density(
+        _poisson_model, (jnp.asarray(X), jnp.asarray(Z)), {"k": jnp.asarray(COUNTS)}, params
+    )
+    kernel = SquaredExponential(lengthscale=0.7, variance=1.1)
+    Kfu, Kuu = _dense(kernel)
+    f = 0.5 + Kfu @ np.linalg.solve(np.linalg.cholesky(Kuu).T, params["f_v"])
+    expected = (
+        scipy.stats.lognorm(s=0.5).logpdf(0.7)
+        + scipy.stats.lognorm(s=0.5).logpdf(1.1)
+        + scipy.stats.norm.logpdf(params["f_v"]).sum()
+        + scipy.stats.poisson(np.exp(f)).logpmf(COUNTS).sum()
+    )
+    assert_close(float(value), expected)
+
+
+def test_predictive_simulates_counts():
+    prior = Predictive(_poisson_model, num_samples=5)(jax.random.PRNGKey(0), jnp.asarray(X), jnp.asarray(Z))
+    assert prior["k"].shape == (5, len(X)) and prior["f"].shape == (5, len(X))
+    assert prior["f_alpha"].shape == (5, len(Z))
+
+
+def test_predict_rbfn_is_k_star_u_alpha_per_draw():
+    gen = np.random.default_rng(4)
+    samples = {
+        "lengthscale": np.exp(gen.normal(-0.5, 0.1, (2, 3))),
+        "variance": np.exp(gen.normal(0.0, 0.1, (2, 3))),
+        "f_alpha": gen.normal(size=(2, 3, len(Z))),
+    }
+
+    def make_kernel(s):
+        return SquaredExponential(lengthscale=s["lengthscale"], variance=s["variance"])
+
+    out = br.predict_rbfn(samples, make_kernel, Z, X_TEST, mean=0.5, batch_size=4)
+    assert out.shape == (2, 3, len(X_TEST))
+    for c, d in [(0, 0), (1, 2)]:
+        kernel = SquaredExponential(
+            lengthscale=samples["lengthscale"][c, d], variance=samples["variance"][c, d]
+        )
+        assert_close(out[c, d], 0.5 + np.asarray(kernel(X_TEST, Z)) @ samples["f_alpha"][c, d])
+    with pytest.raises(ValueError, match="samples: no 'g_alpha'"):
+        br.predict_rbfn(samples, make_kernel, Z, X_TEST, name="g")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        pytest.param({"kernel": "se"}, "kernel:", id="kernel"),
+        pytest.param({"Z": np.ones((3, 2))}, "Z:", id="Z-dimensions"),
+        pytest.param({"mean": np.ones(3)}, "mean:", id="mean-shape"),
+        pytest.param({"X": np.ones((2, 2, 2))}, "X:", id="X-shape"),
+    ],
+)
+def test_bad_arguments_raise_value_error_naming_them(kwargs, match):
+    args = {"kernel": KERNEL, "X": X, "Z": Z, **kwargs}
+    mean = args.pop("mean", 0.0)
+    with pytest.raises(ValueError, match=match), handlers.seed(rng_seed=0):
+        br.rbfn("f", args["kernel"], args["X"], args["Z"], mean=mean)
