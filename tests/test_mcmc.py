@@ -11,6 +11,7 @@ from __future__ import annotations
 import warnings
 
 import arviz as az
+import jax
 import numpy as np
 import pytest
 import reference as ref
@@ -221,6 +222,49 @@ def test_sor_stored_predictions_are_the_analytic_conditional(full_fits, draw):
     )
     assert_at_draw(sor.predictions["f_mean"].values[c, d], mean + offset)
     assert_at_draw(sor.predictions["f_var"].values[c, d], np.diag(cov), rtol=1e-7)
+
+
+@pytest.fixture(scope="module")
+def user_sparse_gp_fit():
+    """NUTS (NumPyro's own MCMC) on a model a user writes with ``br.SparseGP``: the priors and constant
+    mean that ``fit("sor")`` uses by default on the same data, so both sample one posterior."""
+    import numpyro
+    from numpyro.infer import MCMC, NUTS
+
+    from bayes_rbfn.families import data_scales, get_family
+
+    X, y = _data()
+    priors = get_family("se").default_priors(data_scales(X[:, None], y))
+    offset = float(np.mean(y))
+
+    def model(X, Z, y=None):
+        ell = numpyro.sample("lengthscale", priors["lengthscale"])
+        s2 = numpyro.sample("variance", priors["variance"])
+        noise = numpyro.sample("noise", priors["noise"])
+        kernel = SquaredExponential(lengthscale=ell, variance=s2)
+        numpyro.sample("y", br.SparseGP(kernel, X, Z, noise, mean=offset), obs=y)
+
+    mcmc = MCMC(
+        NUTS(model),
+        num_warmup=700,
+        num_samples=1000,
+        num_chains=2,
+        chain_method="sequential",
+        progress_bar=False,
+    )
+    mcmc.run(jax.random.PRNGKey(seed(9)), X[:, None], Z8[:, None], y=y)
+    return az.from_numpyro(mcmc)
+
+
+@pytest.mark.parametrize("name", ["lengthscale", "variance", "noise"])
+def test_user_model_with_sparse_gp_samples_the_sor_posterior(full_fits, user_sparse_gp_fit, name):
+    """A user's NumPyro model ending in ``numpyro.sample("y", SparseGP(...), obs=y)`` and ``fit("sor")``:
+    E[log θ | y] within 4 combined MCSE, both converged."""
+    _, _, sor, _ = full_fits
+    assert_converged(user_sparse_gp_fit, ["lengthscale", "variance", "noise"], min_ess=300)
+    a = np.log(sor.posterior[name].values)
+    b = np.log(user_sparse_gp_fit.posterior[name].values)
+    assert_agree_within_mcse(a, b, f"E[log {name} | y]")
 
 
 def test_inference_data_contract(full_fits):
