@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import arviz as az
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -135,3 +136,74 @@ def test_bad_arguments_raise_value_error_naming_them(kwargs, match):
     mean = args.pop("mean", 0.0)
     with pytest.raises(ValueError, match=match), handlers.seed(rng_seed=0):
         br.rbfn("f", args["kernel"], args["X"], args["Z"], mean=mean)
+
+
+# --------------------------------------------------------------------------------------------------
+# MCMC: the layer with Z = X under a Poisson likelihood is the latent exact GP
+
+POISSON_X = np.linspace(0.0, 3.0, 12)[:, None]
+POISSON_KERNEL = SquaredExponential(lengthscale=0.8, variance=0.5)
+
+
+def _poisson_counts():
+    gen = stochastic.rng(12)
+    K = np.asarray(POISSON_KERNEL(POISSON_X, POISSON_X)) + 1e-10 * np.eye(len(POISSON_X))
+    f = 1.0 + np.linalg.cholesky(K) @ gen.standard_normal(len(POISSON_X))
+    return gen.poisson(np.exp(f))
+
+
+@pytest.fixture(scope="module")
+def poisson_fits():
+    """NUTS on f with the kernel held fixed: (i) the layer with Z = X, whose prior on f is
+    K_ff (K_ff + δI)⁻¹ K_ff = K_ff − O(δ) (δ the 1e-8 relative jitter); (ii) a latent exact GP,
+    f ~ MultivariateNormal(1, K_ff + δI). 2 chains × 1,000 draws each."""
+    from numpyro.infer import MCMC, NUTS
+
+    counts = jnp.asarray(_poisson_counts())
+    X = jnp.asarray(POISSON_X)
+    K = np.asarray(POISSON_KERNEL(POISSON_X, POISSON_X))
+    K = K + JITTER * np.mean(np.diag(K)) * np.eye(len(K))
+
+    def layer_model(k=None):
+        f = br.rbfn("f", POISSON_KERNEL, X, X, mean=1.0)
+        numpyro.sample("k", dist.Poisson(jnp.exp(f)), obs=k)
+
+    def latent_model(k=None):
+        f = numpyro.sample("f", dist.MultivariateNormal(jnp.ones(len(K)), covariance_matrix=jnp.asarray(K)))
+        numpyro.sample("k", dist.Poisson(jnp.exp(f)), obs=k)
+
+    out = {}
+    for name, model, dense in (("layer", layer_model, False), ("latent", latent_model, True)):
+        mcmc = MCMC(
+            NUTS(model, dense_mass=dense),
+            num_warmup=500,
+            num_samples=1000,
+            num_chains=2,
+            chain_method="sequential",
+            progress_bar=False,
+        )
+        mcmc.run(jax.random.PRNGKey(stochastic.seed(13 if name == "layer" else 14)), k=counts)
+        diverging = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["diverging"])
+        out[name] = az.from_dict(
+            posterior={"f": np.asarray(mcmc.get_samples(group_by_chain=True)["f"])},
+            sample_stats={"diverging": diverging},
+        )
+    return out
+
+
+@pytest.mark.stochastic
+@pytest.mark.parametrize("name", ["layer", "latent"])
+def test_poisson_fits_converged(poisson_fits, name):
+    """Both chains converged (tests/stochastic.py's bounds, bulk and folded ESS ≥ 300 of 2,000 draws)."""
+    stochastic.assert_converged(poisson_fits[name], ["f"], min_ess=300)
+
+
+@pytest.mark.stochastic
+@pytest.mark.parametrize("point", range(len(POISSON_X)), ids=[f"x={x:g}" for x in POISSON_X[:, 0]])
+def test_poisson_layer_matches_the_latent_exact_gp(poisson_fits, point):
+    """E[f(x_i) | k] agrees between the two parameterisations within 4 combined MCSE, and so does
+    E[f(x_i)²] (the spread)."""
+    a = poisson_fits["layer"].posterior["f"].values[..., point]
+    b = poisson_fits["latent"].posterior["f"].values[..., point]
+    stochastic.assert_agree_within_mcse(a, b, f"E[f(x_{point}) | k]")
+    stochastic.assert_agree_within_mcse(a**2, b**2, f"E[f(x_{point})² | k]")
