@@ -55,7 +55,7 @@ def test_rhat_bound_false_alarm_rate_on_converged_chains():
 @pytest.mark.stochastic
 def test_assert_converged_fails_when_chains_disagree():
     """Chains whose means differ by 2 sd: the ESS collapses (to ~4 of 1,000 draws), which loosens the R̂
-    bound, so the ESS floor is what fails them; converged chains of the same length pass (ESS ~80–110)."""
+    bound, so the ESS floor is what fails them; converged chains of the same length pass (ESS 79–143 seen; floor 30)."""
     gen = rng(32)
     good = _ar1(gen, (CHAINS, DRAWS), RHO)
     bad = good.copy()
@@ -63,7 +63,7 @@ def test_assert_converged_fails_when_chains_disagree():
     for x, ok in ((good, True), (bad, False)):
         idata = az.from_dict(posterior={"theta": x}, sample_stats={"diverging": np.zeros(x.shape, bool)})
         if ok:
-            assert_converged(idata, ["theta"], min_ess=50)
+            assert_converged(idata, ["theta"], min_ess=30)
         else:
             with pytest.raises(AssertionError, match="ESS"):
-                assert_converged(idata, ["theta"], min_ess=50)
+                assert_converged(idata, ["theta"], min_ess=30)
