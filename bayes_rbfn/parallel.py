@@ -73,6 +73,7 @@ __all__ = [
     "sor_factor",
     "sor_loo",
     "sor_moments",
+    "woodbury_factor",
     "woodbury_stats",
 ]
 
@@ -414,7 +415,26 @@ def sor_factor(
     K_uf is never formed; the factor is the same up to rounding.
     """
     Luu = linalg.cholesky(kernel(Z, Z), jitter)
-    stats = woodbury_stats(kernel, Z, X, y, noise**2, Luu, fast=fast, chunk_size=chunk_size, mesh=mesh)
+    return woodbury_factor(kernel, Z, X, y, noise**2, Luu, fast=fast, chunk_size=chunk_size, mesh=mesh)
+
+
+def woodbury_factor(
+    kernel: Kernel,
+    Z: jax.Array,
+    X: jax.Array,
+    y: jax.Array,
+    d: Any,
+    Luu: jax.Array,
+    *,
+    fast: bool = False,
+    chunk_size: int | None = None,
+    mesh: Mesh | None = None,
+) -> linalg.Woodbury:
+    """The Woodbury factorisation of C = Q_ff + diag(d) from one streamed pass (:func:`woodbury_stats`).
+
+    ``d`` is σ² (SoR, DTC, VFE: :func:`sor_factor`) or FITC's (N,) σ² + diag(K_ff − Q_ff).
+    """
+    stats = woodbury_stats(kernel, Z, X, y, d, Luu, fast=fast, chunk_size=chunk_size, mesh=mesh)
     return linalg.woodbury(Luu, None, None, None, stats=stats, n=X.shape[0])
 
 

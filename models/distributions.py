@@ -55,8 +55,9 @@ import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
 from bayes_rbfn import conditional, linalg, parallel, sparse
+from bayes_rbfn._validation import check_X
 from bayes_rbfn.kernels import Kernel
-from bayes_rbfn.models.means import as_inputs, mean_vector
+from bayes_rbfn.models.means import mean_vector
 
 __all__ = ["APPROXIMATIONS", "ExactGP", "SparseGP", "loo_log_likelihood"]
 
@@ -83,7 +84,7 @@ class _GaussianProcessMarginal(dist.Distribution):
         if not isinstance(kernel, Kernel):
             raise ValueError(f"kernel: expected a bayes_rbfn.kernels.Kernel, got {type(kernel).__name__}")
         self.kernel = kernel
-        self.X = as_inputs(X, "X")
+        self.X = check_X(X, "X")
         self.noise = jnp.asarray(noise, dtype=self.X.dtype)
         if self.noise.ndim != 0:
             raise ValueError(f"noise: expected a scalar standard deviation σ, got shape {self.noise.shape}")
@@ -148,11 +149,7 @@ class SparseGP(_GaussianProcessMarginal):
         self.approx = approx
         self.jitter = jitter
         self._init_common(kernel, X, noise, mean, validate_args)
-        self.Z = as_inputs(Z, "Z").astype(self.X.dtype)
-        if self.Z.shape[1] != self.X.shape[1]:
-            raise ValueError(
-                f"Z: expected {self.X.shape[1]} input dimension(s) as X has, got {self.Z.shape[1]}"
-            )
+        self.Z = check_X(Z, "Z", dim=self.X.shape[1]).astype(self.X.dtype)
 
     # -- the O(NM²) factorisation ------------------------------------------------------------------
 
@@ -169,8 +166,7 @@ class SparseGP(_GaussianProcessMarginal):
     def _factor(self, r: jax.Array) -> tuple[linalg.Woodbury, Any]:
         Luu = self._Luu()
         d = self._diagonal(Luu)
-        stats = parallel.woodbury_stats(self.kernel, self.Z, self.X, r, d, Luu)
-        return linalg.woodbury(Luu, None, None, None, stats=stats, n=self.X.shape[0]), d
+        return parallel.woodbury_factor(self.kernel, self.Z, self.X, r, d, Luu), d
 
     def log_prob(self, value: jax.Array) -> jax.Array:
         """log N(y | m, Q_ff + D) (VFE: − tr(K_ff − Q_ff)/(2σ²)), O(NM²); -inf if a factorisation fails."""
@@ -214,7 +210,7 @@ class SparseGP(_GaussianProcessMarginal):
                 covariance has rank ≤ M) instead of independent ``Normal(...).to_event(1)``.
             mean_test: the prior mean at X_test, needed when ``mean`` was an array at X.
         """
-        X_test = as_inputs(X_test, "X_test").astype(self.X.dtype)
+        X_test = check_X(X_test, "X_test", dim=self.X.shape[1]).astype(self.X.dtype)
         factor, _ = self._factor(jnp.asarray(y, self.X.dtype) - self.loc)
         predict = {
             "sor": conditional.sor_predict,
@@ -260,7 +256,7 @@ class ExactGP(_GaussianProcessMarginal):
         self, y: Any, X_test: Any, *, full_cov: bool = False, mean_test: Any = None
     ) -> dist.Distribution:
         """The exact predictive of the latent f* at X_test (:func:`bayes_rbfn.conditional.exact_predict`)."""
-        X_test = as_inputs(X_test, "X_test").astype(self.X.dtype)
+        X_test = check_X(X_test, "X_test", dim=self.X.shape[1]).astype(self.X.dtype)
         r = jnp.asarray(y, self.X.dtype) - self.loc
         moments = conditional.exact_predict(self.kernel, self.X, r, self.noise, X_test, full_cov=full_cov)
         return _predictive(self._mean_for_condition(X_test, mean_test), moments, full_cov)

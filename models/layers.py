@@ -30,8 +30,9 @@ import numpyro
 import numpyro.distributions as dist
 
 from bayes_rbfn import linalg
+from bayes_rbfn._validation import check_X
 from bayes_rbfn.kernels import Kernel
-from bayes_rbfn.models.means import as_inputs, mean_vector
+from bayes_rbfn.models.means import mean_vector
 
 __all__ = ["predict_rbfn", "rbfn"]
 
@@ -53,10 +54,8 @@ def rbfn(
     """
     if not isinstance(kernel, Kernel):
         raise ValueError(f"kernel: expected a bayes_rbfn.kernels.Kernel, got {type(kernel).__name__}")
-    X = as_inputs(X, "X")
-    Z = as_inputs(Z, "Z").astype(X.dtype)
-    if Z.shape[1] != X.shape[1]:
-        raise ValueError(f"Z: expected {X.shape[1]} input dimension(s) as X has, got {Z.shape[1]}")
+    X = check_X(X, "X")
+    Z = check_X(Z, "Z", dim=X.shape[1]).astype(X.dtype)
     M = Z.shape[0]
     Luu = linalg.cholesky(kernel(Z, Z), jitter)
     v = numpyro.sample(f"{name}_v", dist.Normal(jnp.zeros(M, X.dtype), 1.0).to_event(1))
@@ -91,8 +90,8 @@ def predict_rbfn(
     alpha = np.asarray(samples[key])
     lead = alpha.shape[:-1]
     flat = {k: np.asarray(v).reshape(-1, *np.shape(v)[len(lead) :]) for k, v in samples.items()}
-    X_test = as_inputs(X_test, "X_test")
-    Z = as_inputs(Z, "Z").astype(X_test.dtype)
+    X_test = check_X(X_test, "X_test")
+    Z = check_X(Z, "Z", dim=X_test.shape[1]).astype(X_test.dtype)
     offset = mean_vector(mean, X_test)
 
     @jax.jit

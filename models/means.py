@@ -1,4 +1,4 @@
-"""Inputs and prior means as the distributions and the layer take them: one home for both checks."""
+"""The prior mean as the distributions and the layer take it: a number, an (N,) array or a callable of X."""
 
 from __future__ import annotations
 
@@ -7,17 +7,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-__all__ = ["as_inputs", "mean_vector"]
-
-
-def as_inputs(X: Any, name: str) -> jax.Array:
-    """X as a 2-D array (N, D); a 1-D X is N points of one input."""
-    X = jnp.asarray(X)
-    if X.ndim == 1:
-        X = X[:, None]
-    if X.ndim != 2:
-        raise ValueError(f"{name}: expected shape (N,) or (N, D), got {X.shape}")
-    return X
+__all__ = ["mean_vector"]
 
 
 def mean_vector(mean: Any, X: jax.Array, name: str = "mean") -> jax.Array:

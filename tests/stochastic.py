@@ -172,24 +172,27 @@ def assert_converged(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for name, x in series.items():
+            ess = {method: float(az.ess(x, method=method)) for method in ("bulk", "folded")}
+            rhat = {}
             for rhat_method, ess_method in (("z_scale", "bulk"), ("folded", "folded")):
-                ess = float(az.ess(x, method=ess_method))
-                if not ess >= min_ess:
-                    problems.append(f"{name}: {ess_method} ESS {ess:.0f} < {min_ess:.0f}")
+                if not ess[ess_method] >= min_ess:
+                    problems.append(f"{name}: {ess_method} ESS {ess[ess_method]:.0f} < {min_ess:.0f}")
                     continue
                 if chains > 1:
-                    rhat = float(az.rhat(x, method=rhat_method))
-                    bound = rhat_bound(ess, chains, draws, p)
-                    if not rhat <= bound:
+                    rhat[ess_method] = float(az.rhat(x, method=rhat_method))
+                    bound = rhat_bound(ess[ess_method], chains, draws, p)
+                    if not rhat[ess_method] <= bound:
                         problems.append(
-                            f"{name}: {ess_method} r_hat {rhat:.4f} > {bound:.4f} (ESS {ess:.0f})"
+                            f"{name}: {ess_method} r_hat {rhat[ess_method]:.4f} > {bound:.4f} "
+                            f"(ESS {ess[ess_method]:.0f})"
                         )
+            # ArviZ's rank R̂ is the larger of the two
             record(
                 "converged",
                 name=name,
-                ess_bulk=float(az.ess(x, method="bulk")),
-                ess_folded=float(az.ess(x, method="folded")),
-                rhat=float(az.rhat(x, method="rank")) if chains > 1 else None,
+                ess_bulk=ess["bulk"],
+                ess_folded=ess["folded"],
+                rhat=max(rhat.values(), default=None),
             )
     divergences = int(idata.sample_stats["diverging"].values.sum())
     record("divergences", count=divergences, transitions=chains * draws)

@@ -15,6 +15,7 @@ import jax
 import numpy as np
 import pytest
 import reference as ref
+from conftest import assert_close
 from stochastic import (
     assert_agree_within_mcse,
     assert_converged,
@@ -46,14 +47,11 @@ def _data(n=40, base=3):
 Z8 = np.linspace(0.2, 4.8, 8)
 
 
-def assert_at_draw(actual, expected, rtol=1e-8):
-    """An identity at one posterior draw. Which draw that is depends on the seed, and so does the
-    conditioning of its matrices: the absolute floor, 1e-9 × the values' scale, covers rounding at
-    condition numbers up to ~1e6 (seen: 1.6e-10 on LOO values of order 1) and is still some 1e8 times
-    below the error of a wrong formula."""
-    expected = np.asarray(expected, dtype=float)
-    scale = max(1.0, float(np.max(np.abs(expected))))
-    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=1e-9 * scale)
+#: Absolute floor, × the values' scale, of the identities checked at one posterior draw. Which draw that is
+#: depends on the seed, and so does the conditioning of its matrices: 1e-9 covers rounding at condition
+#: numbers up to ~1e6 (seen: 1.6e-10 on LOO values of order 1) and is still some 1e8 times below the error
+#: of a wrong formula.
+DRAW_ATOL = 1e-9
 
 
 def _fit(*args, **kwargs):
@@ -206,7 +204,7 @@ def test_sor_log_likelihood_is_brute_force_loo(full_fits, draw):
     offset = sor.constant_data["y_offset"].values.item()
     C = ref.sor_covariance(ref.gram(spec, X, Z8), ref.jittered(ref.gram(spec, Z8), JITTER), noise)
     expected = ref.loo_refit(C, y - offset)
-    assert_at_draw(sor.log_likelihood["y"].values[c, d], expected)
+    assert_close(sor.log_likelihood["y"].values[c, d], expected, rtol=1e-8, atol=DRAW_ATOL)
 
 
 @pytest.mark.parametrize("draw", [(0, 3), (1, 811)], ids=["c0d3", "c1d811"])
@@ -221,8 +219,8 @@ def test_sor_stored_predictions_are_the_analytic_conditional(full_fits, draw):
     mean, cov = ref.sor_function_space(
         ref.gram(spec, X, Z8), Kuu, ref.gram(spec, X_TEST, Z8), y - offset, noise
     )
-    assert_at_draw(sor.predictions["f_mean"].values[c, d], mean + offset)
-    assert_at_draw(sor.predictions["f_var"].values[c, d], np.diag(cov), rtol=1e-7)
+    assert_close(sor.predictions["f_mean"].values[c, d], mean + offset, rtol=1e-8, atol=DRAW_ATOL)
+    assert_close(sor.predictions["f_var"].values[c, d], np.diag(cov), rtol=1e-7, atol=DRAW_ATOL)
 
 
 @pytest.fixture(scope="module")
@@ -331,12 +329,14 @@ def test_exact_stored_loo_and_predictions_match_dense_reference(exact_fit, draw)
     noise = float(idata.posterior["noise"].values[c, d])
     offset = idata.constant_data["y_offset"].values.item()
     C = ref.gram(spec, X) + noise**2 * np.eye(len(X))
-    assert_at_draw(idata.log_likelihood["y"].values[c, d], ref.loo_refit(C, y - offset))
+    assert_close(
+        idata.log_likelihood["y"].values[c, d], ref.loo_refit(C, y - offset), rtol=1e-8, atol=DRAW_ATOL
+    )
     mean, cov = ref.exact_predict(
         ref.gram(spec, X), ref.gram(spec, X, X_TEST), ref.gram(spec, X_TEST), y - offset, noise
     )
-    assert_at_draw(idata.predictions["f_mean"].values[c, d], mean + offset)
-    assert_at_draw(idata.predictions["f_var"].values[c, d], np.diag(cov), rtol=1e-7)
+    assert_close(idata.predictions["f_mean"].values[c, d], mean + offset, rtol=1e-8, atol=DRAW_ATOL)
+    assert_close(idata.predictions["f_var"].values[c, d], np.diag(cov), rtol=1e-7, atol=DRAW_ATOL)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -441,4 +441,4 @@ def test_grouped_log_likelihood_is_per_group_brute_force_loo(grouped_fit):
         }
         noise = float(post["noise"].values[c, d, g])
         C = ref.sor_covariance(ref.gram(spec, X[idx], Z), ref.jittered(ref.gram(spec, Z), JITTER), noise)
-        assert_at_draw(stored[idx], ref.loo_refit(C, y[idx] - offsets[g]))
+        assert_close(stored[idx], ref.loo_refit(C, y[idx] - offsets[g]), rtol=1e-8, atol=DRAW_ATOL)
