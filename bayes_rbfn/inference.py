@@ -32,6 +32,7 @@ from bayes_rbfn.checkpoint import DEFAULT_CHUNK_SIZE, fingerprint, sample_in_chu
 from bayes_rbfn.families import FAMILIES, data_scales, get_family
 from bayes_rbfn.inducing import select_inducing
 from bayes_rbfn.models import ModelConfig, ModelSpec, get_model
+from bayes_rbfn.models.likelihoods import Likelihood, get_likelihood
 from bayes_rbfn.predictive import draw_work, model_moments
 from bayes_rbfn.runtime import single_threaded_blas
 
@@ -148,8 +149,57 @@ def _positive_int(value: Any, name: str) -> int:
     return int(value)
 
 
-def _resolve_priors(family, scales, priors: Mapping[str, Any] | None, fixed: Mapping[str, Any]) -> dict:
-    resolved = family.default_priors(scales)
+#: Draws per chain of the posterior_predictive group that fit() writes by default.
+DEFAULT_PREDICTIVE_DRAWS = 1000
+
+#: The named prior means of ``fit(mean=...)`` (besides a number or a callable).
+MEANS = ("constant", "zero", "linear")
+
+
+def _non_negative_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+        raise ValueError(f"{name}: must be a whole number ≥ 0 (or None), got {value!r}")
+    return int(value)
+
+
+def _resolve_mean(mean: Any, spec: ModelSpec, likelihood: Likelihood, y: np.ndarray) -> tuple[Any, float]:
+    """(config.mean, data["y_offset"]) for ``fit(mean=...)``: see :func:`fit`."""
+    constant = likelihood.constant_mean(y)
+    if isinstance(mean, str):
+        if mean not in MEANS:
+            raise ValueError(
+                f"mean: expected one of {', '.join(MEANS)}, a number or a callable, got {mean!r}"
+            )
+        if mean == "linear" and (spec.grouped or spec.family is not None):
+            raise ValueError(f"mean: the {spec.name!r} model takes a constant mean only (got 'linear')")
+        return ("constant", 0.0) if mean == "zero" else (mean, constant)
+    if callable(mean):
+        if spec.grouped or spec.family is not None:
+            raise ValueError(f"mean: the {spec.name!r} model takes a constant mean only (got a callable)")
+        return mean, 0.0
+    if isinstance(mean, bool) or not isinstance(mean, int | float | np.integer | np.floating):
+        raise ValueError(f"mean: expected one of {', '.join(MEANS)}, a number or a callable, got {mean!r}")
+    if not np.isfinite(mean):
+        raise ValueError(f"mean: must be finite, got {mean!r}")
+    return "constant", float(mean)
+
+
+def _default_priors(spec, family, likelihood: Likelihood, scales, mean_kind: Any, offset: float) -> dict:
+    """Default priors: the kernel family's on the latent scale, the likelihood's, the linear mean's."""
+    if spec.family is not None:  # blr: α and β, no separate noise
+        return family.default_priors(scales)
+    # Counts and labels: f is a log-rate or log-odds, whose amplitude has no data units.
+    latent = scales if likelihood.link == "identity" else dataclasses.replace(scales, y_sd=1.0)
+    priors = {**family.priors(latent), **likelihood.default_priors(scales.y_sd)}
+    if mean_kind == "linear":
+        priors["mean_intercept"] = dist.Normal(offset, 2.0 * latent.y_sd)
+        slope_scale = jnp.asarray(2.0 * latent.y_sd / latent.input_range)
+        priors["mean_slope"] = dist.Normal(jnp.zeros_like(slope_scale), slope_scale).to_event(1)
+    return priors
+
+
+def _resolve_priors(defaults: dict, priors: Mapping[str, Any] | None, fixed: Mapping[str, Any]) -> dict:
+    resolved = dict(defaults)
     for name, prior in (priors or {}).items():
         if name not in resolved and name not in ("lengthscale_mu", "lengthscale_tau"):
             raise ValueError(
@@ -231,7 +281,8 @@ def fit(
     fixed: Mapping[str, Any] | None = None,
     noise: float | None = None,
     hyperprior: bool = False,
-    y_offset: str | float = "mean",
+    likelihood: str = "gaussian",
+    mean: Any = "constant",
     group: Any = None,
     group_pred: Any = None,
     inducing_method: str = "kmeans",
@@ -246,6 +297,8 @@ def fit(
     checkpoint: str | os.PathLike[str] | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     init: str = "median",
+    posterior_predictive: int | None = DEFAULT_PREDICTIVE_DRAWS,
+    coords: Mapping[str, Any] | None = None,
 ) -> az.InferenceData:
     """Fit a model of the collection with NUTS and return ArviZ InferenceData (DESIGN §6).
 
@@ -264,7 +317,16 @@ def fit(
         priors: {name: numpyro distribution} replacing default priors (see :mod:`bayes_rbfn.families`).
         fixed: {name: value} hyperparameters pinned instead of sampled. noise: shorthand for fixed noise σ.
         hyperprior: sample the lengthscale prior's location and scale too (hierarchical prior).
-        y_offset: constant prior mean of y: ``"mean"`` (the sample mean, default) or a number.
+        likelihood: the observation model (:mod:`bayes_rbfn.models.likelihoods`): ``"gaussian"``
+            (default), ``"student_t"``, ``"poisson"``, ``"negative_binomial"`` or ``"bernoulli"``. Only
+            the weight-space ``"rbfn"`` model takes the non-Gaussian ones (nothing can be marginalised
+            there); counts must be whole numbers ≥ 0 and labels 0 or 1.
+        mean: the prior mean of the latent f: ``"constant"`` (default: a number fixed at the data's mean
+            — the mean of y, or for counts and labels the link of it — not sampled), ``"zero"``,
+            ``"linear"`` (m(x) = ``mean_intercept`` + (x − x̄)·``mean_slope``, both sampled under
+            Normal(ȳ, 2 sd) and Normal(0, 2 sd/range_d) priors on the scale of f; replace them with
+            ``priors=``), a number, or a callable of X (JAX-traceable, (N, D) → (N,); not for ``blr``
+            and ``grouped``, and not rebuildable from a saved file).
         group, group_pred: (N,) and (S,) integer group codes for the grouped model.
         target_accept, dense_mass, max_tree_depth, chain_method: NUTS/MCMC options (chains run in
             parallel over devices when there are enough, else vectorised).
@@ -283,18 +345,36 @@ def fit(
             it and the result equals that of an uninterrupted run, draw for draw. The folder is left in
             place; delete it once the result is saved.
         chunk_size: iterations per chunk with ``checkpoint``.
+        posterior_predictive: draws per chain of the ``posterior_predictive`` group (joint replicates of
+            y simulated by the model itself with NumPyro's ``Predictive``): every draw up to this many,
+            thinned evenly beyond (default 1,000; ``None``: every draw; ``0``: no group). ``az.loo_pit``
+            needs every draw (it weights the replicates by the LOO weights of all draws).
+        coords: ArviZ coordinates, e.g. ``{"input_dim": ["year"]}`` names the input columns (the CLI
+            passes its column names); ``obs`` and ``point`` default to 0, 1, ….
         init: how the chains start: ``"median"`` (the prior-median start of NumPyro, identity mass
             matrix) or ``"map"`` (the posterior mode and a Laplace mass matrix, :func:`laplace_start`:
             much shorter early warm-up trees when the posterior is narrow, e.g. for large N; falls back
             to ``"median"`` with a warning when the mode search fails).
 
     Returns:
-        InferenceData with groups posterior, sample_stats, observed_data (y), constant_data (X, Z, X_pred,
-        y_offset), log_likelihood (y: LOO conditionals), predictions (f_mean, f_var).
+        InferenceData with groups posterior, sample_stats, observed_data (y), constant_data (X, Z,
+        y_offset, x_centre), log_likelihood (y: the LOO conditionals of a GP marginal, the pointwise log
+        density of a factorised likelihood), posterior_predictive (y), predictions (f_mean, f_var of the
+        latent f, on the link scale) and predictions_constant_data (X_pred).
     """
     spec = get_model(model)
     X = check_X(X, "X")
     y = check_y(y, X.shape[0])
+    lik = get_likelihood(likelihood)
+    if lik.name not in spec.likelihoods:
+        raise ValueError(
+            f"likelihood: the {spec.name!r} model takes only the {' or '.join(map(repr, spec.likelihoods))} "
+            f"likelihood (its weights are marginalised analytically); use model='rbfn' for {lik.name!r}"
+        )
+    lik.check(np.asarray(y))
+    mean_kind, offset = _resolve_mean(mean, spec, lik, np.asarray(y))
+    if posterior_predictive is not None:
+        posterior_predictive = _non_negative_int(posterior_predictive, "posterior_predictive")
     chains = _positive_int(chains, "chains")
     draws = _positive_int(draws, "draws")
     warmup = _positive_int(warmup, "warmup")
@@ -313,10 +393,18 @@ def fit(
     for name, value in fixed.items():
         fixed[name] = jnp.asarray(check_positive(value, f"fixed[{name!r}]") if np.ndim(value) == 0 else value)
     scales = data_scales(X, y)
-    resolved_priors = _resolve_priors(family, scales, priors, fixed)
+    defaults = _default_priors(spec, family, lik, scales, mean_kind, offset)
+    resolved_priors = _resolve_priors(defaults, priors, fixed)
     mesh = _data_mesh(shard, spec, chains, chain_method)
     config = ModelConfig(
-        family=family, priors=resolved_priors, fixed=fixed, hyperprior=hyperprior, jitter=jitter, mesh=mesh
+        family=family,
+        priors=resolved_priors,
+        fixed=fixed,
+        hyperprior=hyperprior,
+        jitter=jitter,
+        mesh=mesh,
+        likelihood=lik,
+        mean=mean_kind,
     )
 
     if spec.uses_inducing:
@@ -330,10 +418,10 @@ def fit(
         else:
             Z = jnp.asarray(check_Z(Z, X), dtype=X.dtype)
     X_pred = X if X_pred is None else check_X(X_pred, "X_pred", dim=X.shape[1])
-    if isinstance(y_offset, str):
-        if y_offset != "mean":
-            raise ValueError(f"y_offset: expected 'mean' or a number, got {y_offset!r}")
-    data, extras = _prepare(spec, X, y, Z, y_offset, group, group_pred, X_pred)
+    _check_coords(coords, {"obs": X.shape[0], "input_dim": X.shape[1], "point": X_pred.shape[0]})
+    # The grouped model's constant mean is each group's own mean.
+    group_offset = "mean" if isinstance(mean, str) and mean == "constant" else offset
+    data, extras = _prepare(spec, X, y, Z, offset, group_offset, group, group_pred, X_pred)
     if mesh is not None:
         from bayes_rbfn.parallel import shard_data
 
@@ -426,6 +514,12 @@ def fit(
         idata = _to_inference_data(
             spec, config, data, extras, samples, stats, X, y, Z, X_pred, log_likelihood=log_likelihood
         )
+        if posterior_predictive != 0:
+            replicates = _posterior_predictive(
+                bound_model, model_args, spec, extras, samples, seed, posterior_predictive
+            )
+            idata.add_groups(posterior_predictive={"y": replicates}, dims={"y": ["obs"]})
+        _set_coords(idata, coords)
     if check_diagnostics:
         diagnostics.warn_if_poor(diagnostics.check_convergence(idata))
         _warn_if_collapsed(spec, config, Z, samples, X_pred)
@@ -501,19 +595,77 @@ def _data_mesh(shard: Any, spec: ModelSpec, chains: int, chain_method: str | Non
 _SHARDED_MODELS = ("sor",)
 
 
-def _prepare(spec, X, y, Z, y_offset, group, group_pred, X_pred):
+def _prepare(spec, X, y, Z, offset, group_offset, group, group_pred, X_pred):
     """Model data dict and the extra arrays (e.g. group codes of X_pred) for the predictive."""
     if spec.grouped:
         from bayes_rbfn.models import grouped
 
-        return grouped.prepare(X, y, Z, y_offset, group, group_pred, X_pred)
+        return grouped.prepare(X, y, Z, group_offset, group, group_pred, X_pred)
     if group is not None:
         raise ValueError(f"group: the {spec.name!r} model is not grouped; use model='grouped'")
-    offset = float(np.mean(np.asarray(y))) if isinstance(y_offset, str) else float(y_offset)
-    data = {"X": X, "y": y, "y_offset": jnp.asarray(offset, dtype=X.dtype)}
+    data = {
+        "X": X,
+        "y": y,
+        "y_offset": jnp.asarray(offset, dtype=X.dtype),
+        "x_centre": jnp.mean(X, axis=0),
+    }
     if Z is not None:
         data["Z"] = Z
     return data, {}
+
+
+def _posterior_predictive(
+    bound_model: Any,
+    model_args: tuple,
+    spec: ModelSpec,
+    extras: dict,
+    samples: Mapping[str, Any],
+    seed: int,
+    per_chain: int | None,
+) -> np.ndarray:
+    """Joint replicates of y, (chains, kept draws, N): the model's own observed site, simulated by
+    NumPyro's ``Predictive`` at (evenly thinned) posterior draws, one draw at a time."""
+    from numpyro.infer import Predictive
+
+    data, prior_values = model_args
+    stored = {k: np.asarray(v) for k, v in samples.items() if k not in spec.unstored_sites}
+    chains, draws = next(iter(stored.values())).shape[:2]
+    step = 1 if per_chain is None else -(-draws // per_chain)
+    thinned = {k: v[:, ::step] for k, v in stored.items()}
+    kept = next(iter(thinned.values())).shape[1]
+    flat = {k: v.reshape(chains * kept, *v.shape[2:]) for k, v in thinned.items()}
+    predictive = Predictive(bound_model, posterior_samples=flat, return_sites=["y"])
+    with single_threaded_blas():
+        y_rep = np.asarray(
+            predictive(jax.random.fold_in(jax.random.PRNGKey(seed), 1), {**data, "y": None}, prior_values)[
+                "y"
+            ]
+        )
+    if spec.grouped:  # the padded (G, N_max) layout back to the order of the observations
+        y_rep = y_rep.reshape(chains * kept, -1)[:, extras["obs_index"]]
+    return y_rep.reshape(chains, kept, -1)
+
+
+def _check_coords(coords: Mapping[str, Any] | None, sizes: Mapping[str, int]) -> None:
+    """Refuse, before sampling, coordinates of the wrong length for the dimensions known up front."""
+    if coords is not None and not isinstance(coords, Mapping):
+        raise ValueError(f"coords: expected a dict {{dimension: names}}, got {type(coords).__name__}")
+    for dim, values in (coords or {}).items():
+        if dim in sizes and len(values) != sizes[dim]:
+            raise ValueError(f"coords: {dim!r} has {sizes[dim]} entries, got {len(values)} names")
+
+
+def _set_coords(idata: az.InferenceData, coords: Mapping[str, Any] | None) -> None:
+    """Name the coordinates of ``coords`` (e.g. ``input_dim``) in every group that has that dimension."""
+    for dim, values in (coords or {}).items():
+        values = list(values)
+        groups = [g for g in idata.groups() if dim in idata[g].dims]
+        if not groups:
+            raise ValueError(f"coords: no dimension {dim!r}; the InferenceData has obs, point, input_dim, …")
+        size = idata[groups[0]].sizes[dim]
+        if size != len(values):
+            raise ValueError(f"coords: {dim!r} has {size} entries, got {len(values)} names")
+        idata.assign_coords({dim: values}, groups=groups, inplace=True)
 
 
 def _to_inference_data(
@@ -537,27 +689,33 @@ def _to_inference_data(
     dims.update({"f_mean": ["point"], "f_var": ["point"]})
     posterior, post_dims = {}, {}
     for name, value in samples.items():
+        if name in spec.unstored_sites:
+            continue
         posterior[name] = value
         extra_dims = value.shape[2:]
         if not extra_dims:
             continue
-        if name in ("weights", "weights_raw"):
-            post_dims[name] = ["inducing"] if value.ndim == 3 else ["group", "inducing"]
+        if Z is not None and value.shape[-1] == np.shape(Z)[-2] and name.endswith(("_v", "_alpha")):
+            post_dims[name] = ["inducing"]
         elif spec.grouped and value.ndim >= 3 and value.shape[2] == extras.get("num_groups", -1):
             post_dims[name] = ["group"] + (["input_dim"] if value.ndim == 4 else [])
-        elif value.shape[-1] == D and name.startswith(("lengthscale", "seasonal")):
+        elif value.shape[-1] == D and name.startswith(("lengthscale", "seasonal", "mean_slope")):
             post_dims[name] = ["input_dim"]
     dims.update(post_dims)
 
-    constant = {"X": np.asarray(X), "X_pred": np.asarray(X_pred)}
+    constant = {"X": np.asarray(X)}
+    predictions_constant = {"X_pred": np.asarray(X_pred)}
     if Z is not None:
         constant["Z"] = np.asarray(Z)
         dims["Z"] = ["inducing", "input_dim"] if np.ndim(Z) == 2 else ["group", "inducing", "input_dim"]
     constant["y_offset"] = np.asarray(data["y_offset"])
+    if "x_centre" in data:
+        constant["x_centre"] = np.asarray(data["x_centre"])
+        dims["x_centre"] = ["input_dim"]
     if spec.grouped:
         dims["y_offset"] = ["group"]
         constant["obs_group"] = np.asarray(extras["group"])
-        constant["pred_group"] = np.asarray(extras["group_pred"])
+        predictions_constant["pred_group"] = np.asarray(extras["group_pred"])
         dims["obs_group"] = ["obs"]
         dims["pred_group"] = ["point"]
 
@@ -579,14 +737,18 @@ def _to_inference_data(
             observed_data={"y": np.asarray(y)},
             constant_data=constant,
             predictions={"f_mean": f_mean, "f_var": f_var},
+            predictions_constant_data=predictions_constant,
             dims=dims,
         )
+    mean_attr = config.mean if isinstance(config.mean, str) else "callable"
     attrs = {
         "bayes_rbfn_model": spec.name,
         "bayes_rbfn_kernel": config.family.name,
         "bayes_rbfn_fixed": json.dumps({k: np.asarray(v).tolist() for k, v in config.fixed.items()}),
         "bayes_rbfn_hyperprior": int(config.hyperprior),
         "bayes_rbfn_jitter": "" if config.jitter is None else float(config.jitter),
+        "bayes_rbfn_likelihood": config.likelihood.name,
+        "bayes_rbfn_mean": mean_attr,
     }
     idata.posterior.attrs.update(attrs)
     return idata
@@ -607,14 +769,22 @@ def rebuild(idata: Any) -> tuple[ModelSpec, ModelConfig, dict, dict]:
     fixed = {k: jnp.asarray(v) for k, v in json.loads(str(attrs.get("bayes_rbfn_fixed", "{}"))).items()}
     jitter_attr = attrs.get("bayes_rbfn_jitter", "")
     jitter = None if jitter_attr in ("", None) else float(jitter_attr)
+    mean = str(attrs.get("bayes_rbfn_mean", "constant"))
+    if mean == "callable":
+        raise ValueError(
+            "idata: the fit's prior mean was a Python callable; it cannot be rebuilt from the file"
+        )
     config = ModelConfig(
         family=family,
         priors={},
         fixed=fixed,
         hyperprior=bool(attrs.get("bayes_rbfn_hyperprior", 0)),
         jitter=jitter,
+        likelihood=get_likelihood(str(attrs.get("bayes_rbfn_likelihood", "gaussian"))),
+        mean=mean,
     )
     cd = idata.constant_data
+    pcd = idata.predictions_constant_data if "predictions_constant_data" in idata.groups() else cd
     X = jnp.asarray(cd["X"].values)
     y = jnp.asarray(idata.observed_data["y"].values)
     Z = jnp.asarray(cd["Z"].values) if "Z" in cd else None
@@ -627,12 +797,13 @@ def rebuild(idata: Any) -> tuple[ModelSpec, ModelConfig, dict, dict]:
             Z,
             cd["y_offset"].values,
             cd["obs_group"].values,
-            cd["pred_group"].values,
-            cd["X_pred"].values,
+            pcd["pred_group"].values,
+            pcd["X_pred"].values,
         )
     else:
         # arviz stores the scalar offset with one element
         data = {"X": X, "y": y, "y_offset": jnp.asarray(cd["y_offset"].values).reshape(())}
+        data["x_centre"] = jnp.asarray(cd["x_centre"].values) if "x_centre" in cd else jnp.mean(X, axis=0)
         if Z is not None:
             data["Z"] = Z
     return spec, config, data, posterior_params(idata, fixed)

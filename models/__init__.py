@@ -10,7 +10,13 @@ Installed as ``bayes_rbfn.models``. Every model is a :class:`ModelSpec` bundling
 
 ``params`` is one posterior draw as a dict {site name: value}, merged with any pinned hyperparameters.
 ``data`` is a dict of arrays (``X`` (N, D), ``y`` (N,), ``Z`` (M, D) when the model has inducing inputs,
-``y_offset`` the constant prior mean). ``config`` is a :class:`ModelConfig`.
+``y_offset`` the constant part of the prior mean, ``x_centre`` (D,) the input mean for a linear mean).
+``config`` is a :class:`ModelConfig`.
+
+Every model is generative: it ends in the observed site ``numpyro.sample("y", <distribution>, obs=y)``
+(the GP marginal as :class:`~bayes_rbfn.models.distributions.SparseGP` or
+:class:`~bayes_rbfn.models.distributions.ExactGP`, or a plate of a factorised likelihood), so with
+``data["y"] = None`` NumPyro's ``Predictive`` simulates y from the prior or the posterior.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import Any
 import numpyro.distributions as dist
 
 from bayes_rbfn.families import KernelFamily
+from bayes_rbfn.models.likelihoods import LIKELIHOODS, Likelihood
 
 
 @dataclass(frozen=True, eq=False)
@@ -45,6 +52,11 @@ class ModelConfig:
     fast: bool = False
     chunk_size: int | None = None
     mesh: Any = None
+    #: The observation model (:mod:`bayes_rbfn.models.likelihoods`); only ``rbfn`` takes a non-Gaussian one.
+    likelihood: Likelihood = LIKELIHOODS["gaussian"]
+    #: The prior mean of f: ``"constant"`` (the number ``data["y_offset"]``), ``"linear"`` (sampled
+    #: ``mean_intercept`` + (x − x̄)·``mean_slope``) or a callable of X added to ``data["y_offset"]``.
+    mean: Any = "constant"
 
 
 @dataclass(frozen=True)
@@ -64,6 +76,11 @@ class ModelSpec:
     #: ``predict`` streams over its test points in bounded memory (e.g. ``sor``), so the drivers pass all
     #: of them in one call and the per-draw O(NM²) factor is computed once per draw, not once per batch.
     predict_streams: bool = False
+    #: The likelihoods (:mod:`bayes_rbfn.models.likelihoods`) the model takes.
+    likelihoods: tuple[str, ...] = ("gaussian",)
+    #: Deterministic sites of size N per draw (e.g. the layer's latent f at X) that ``fit`` does not store
+    #: in the posterior: the predictions group holds f at X_pred, and ``Predictive`` recomputes them.
+    unstored_sites: tuple[str, ...] = ()
 
 
 def _registry() -> dict[str, ModelSpec]:

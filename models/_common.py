@@ -1,13 +1,16 @@
-"""Pieces shared by the model functions: sampling the hyperparameters of a kernel family.
+"""Pieces shared by the model functions: their parameters, the prior mean, and the observed site.
 
 This is the only place (with the model functions themselves) where ``numpyro.sample`` appears for
-hyperparameters. Two hierarchical options:
+hyperparameters. Options:
 
 * ``fixed={name: value}`` pins any hyperparameter (e.g. ``{"noise": 0.1}``) instead of sampling it;
 * ``hyperprior=True`` puts a hyperprior on the lengthscale prior: ``log ℓ_d = μ + τ z_d`` with
   ``μ ~ N(log ℓ̂, 1)`` (ℓ̂ the default prior's median, pooled across input dimensions),
   ``τ ~ HalfNormal(0.5)`` and ``z_d ~ N(0, 1)`` (non-centred), so the D lengthscales of an ARD kernel
-  borrow strength from each other.
+  borrow strength from each other;
+* ``config.mean == "linear"``: the prior mean m(x) = ``mean_intercept`` + (x − x̄)·``mean_slope``, both
+  sampled (priors in ``config.priors``; x̄ = ``data["x_centre"]``, the mean of the training inputs, so the
+  intercept is the mean level of f over the data rather than its value at x = 0).
 """
 
 from __future__ import annotations
@@ -15,12 +18,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
+from numpyro.distributions import constraints
 
 from bayes_rbfn.families import KernelFamily
 from bayes_rbfn.kernels import Kernel
+
+#: The sampled parameters of the linear mean.
+LINEAR_MEAN_PARAMS = ("mean_intercept", "mean_slope")
 
 
 def _median(d: dist.Distribution) -> jnp.ndarray:
@@ -35,15 +43,16 @@ def sample_hyperparameters(
     priors: Mapping[str, dist.Distribution],
     fixed: Mapping[str, Any] | None = None,
     hyperprior: bool = False,
-) -> tuple[Kernel, jnp.ndarray, dict[str, Any]]:
-    """Sample (or pin) the kernel hyperparameters and the noise σ.
+    extra: tuple[str, ...] = ("noise",),
+) -> tuple[Kernel, Any, dict[str, Any]]:
+    """Sample (or pin) the kernel hyperparameters and the likelihood's parameters ``extra``.
 
     Returns:
-        (kernel, noise, values) with ``values`` the dict of hyperparameter values by name.
+        (kernel, noise, values) with ``values`` the dict of values by name (noise None if not in ``extra``).
     """
     fixed = dict(fixed or {})
     values: dict[str, Any] = {}
-    for name in (*family.params, "noise"):
+    for name in (*family.params, *extra):
         if name in fixed:
             values[name] = jnp.asarray(fixed[name])
         elif name == "lengthscale" and hyperprior:
@@ -55,4 +64,63 @@ def sample_hyperparameters(
             values[name] = numpyro.deterministic(name, jnp.exp(mu + tau * z))
         else:
             values[name] = numpyro.sample(name, priors[name])
-    return family.build(values), values["noise"], values
+    return family.build(values), values.get("noise"), values
+
+
+def sample_parameters(config: Any) -> dict[str, Any]:
+    """Every parameter of a (non-grouped) model: kernel hyperparameters, likelihood parameters, mean."""
+    _, _, values = sample_hyperparameters(
+        config.family, config.priors, config.fixed, config.hyperprior, config.likelihood.params
+    )
+    if config.mean == "linear":
+        for name in LINEAR_MEAN_PARAMS:
+            values[name] = (
+                jnp.asarray(config.fixed[name])
+                if name in config.fixed
+                else numpyro.sample(name, config.priors[name])
+            )
+    return values
+
+
+def prior_mean(params: Mapping[str, Any], data: Mapping[str, Any], config: Any, X: jax.Array) -> jax.Array:
+    """The prior mean m at the rows of X, shape (N,) (see the module docstring and ``ModelConfig.mean``)."""
+    if config.mean == "linear":
+        return params["mean_intercept"] + (X - data["x_centre"]) @ params["mean_slope"]
+    base = jnp.broadcast_to(data["y_offset"], X.shape[:1])
+    if callable(config.mean):
+        return base + jnp.asarray(config.mean(X), dtype=X.dtype).reshape(X.shape[:1])
+    return base
+
+
+def observe(distribution: dist.Distribution, data: Mapping[str, Any]) -> Any:
+    """The observed site ``y`` of every model: ``y`` observed, or simulated when ``data["y"]`` is None."""
+    return numpyro.sample("y", distribution, obs=data.get("y"))
+
+
+class ModelMarginal(dist.Distribution):
+    """The observed y of a model with its own marginal likelihood (``blr``, ``grouped``) as a distribution.
+
+    ``log_prob(y)`` is the model's ``log_density(params, data with y, config)``; ``sample`` its simulator
+    ``simulate(key, sample_shape, params, data, config)``. The GP models use
+    :class:`~bayes_rbfn.models.distributions.SparseGP` and :class:`~bayes_rbfn.models.distributions.ExactGP`
+    directly; this wrapper gives the two models whose marginal is not one of those the same observed site.
+    """
+
+    support = constraints.real_vector
+    pytree_data_fields = ("params", "data")
+    pytree_aux_fields = ("log_density", "simulate", "config")
+
+    def __init__(self, log_density, simulate, params, data, config, event_shape, validate_args=None):
+        self.log_density, self.simulate = log_density, simulate
+        self.params, self.data, self.config = (
+            dict(params),
+            {k: v for k, v in data.items() if k != "y"},
+            config,
+        )
+        super().__init__(batch_shape=(), event_shape=tuple(event_shape), validate_args=validate_args)
+
+    def log_prob(self, value):
+        return self.log_density(self.params, {**self.data, "y": value}, self.config)
+
+    def sample(self, key, sample_shape=()):
+        return self.simulate(key, tuple(sample_shape), self.params, self.data, self.config)

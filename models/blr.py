@@ -67,6 +67,7 @@ import numpyro.distributions as dist
 from bayes_rbfn import blr, conditional, linalg
 from bayes_rbfn.families import DataScales, KernelFamily
 from bayes_rbfn.models import ModelConfig, ModelSpec
+from bayes_rbfn.models._common import ModelMarginal, observe
 
 __all__ = ["FAMILY", "SPEC", "SPECS", "WIDTH_FACTOR", "basis_width", "design_matrix"]
 
@@ -152,14 +153,21 @@ def _hyperparameters(config: ModelConfig) -> dict[str, jax.Array]:
 
 
 def model(data: dict, config: ModelConfig) -> None:
-    """NumPyro model: α, β ~ priors; noise = 1/√β (deterministic); factor ln p(t | α, β), Bishop (3.86)."""
+    """NumPyro model: α, β ~ priors; noise = 1/√β (deterministic); y ~ the evidence, Bishop (3.86)."""
     if config.hyperprior:
         raise ValueError("hyperprior: the blr model has no lengthscale to put a hyperprior on")
     values = _hyperparameters(config)
     numpyro.deterministic("noise", 1.0 / jnp.sqrt(values["beta"]))
-    if data.get("y") is None:
-        return
-    numpyro.factor("y", log_density(values, data, config))
+    observe(ModelMarginal(log_density, simulate, values, data, config, data["X"].shape[:1]), data)
+
+
+def simulate(key: jax.Array, sample_shape: tuple, params: dict, data: dict, config: ModelConfig) -> jax.Array:
+    """Draws of y = c + Φ w + β^-½ ε with w ~ N(0, α⁻¹I), Bishop (3.52), (3.10): O(NM) each."""
+    Phi = design_matrix(data["X"], data["Z"])
+    k_w, k_eps = jax.random.split(key)
+    w = jax.random.normal(k_w, (*sample_shape, Phi.shape[1]), Phi.dtype) / jnp.sqrt(params["alpha"])
+    eps = jax.random.normal(k_eps, (*sample_shape, Phi.shape[0]), Phi.dtype)
+    return data["y_offset"] + w @ Phi.T + eps / jnp.sqrt(params["beta"])
 
 
 @partial(jax.jit, static_argnames="config")

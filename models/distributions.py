@@ -124,10 +124,13 @@ class SparseGP(_GaussianProcessMarginal):
             ``log_prob`` is Titsias's bound, not a normalised density).
         mean: the prior mean: a number, an (N,) array, or a callable of X returning (N,).
         jitter: relative jitter on K_uu (default: the package's policy, :func:`bayes_rbfn.linalg.cholesky`).
+        fast, chunk_size, mesh: performance settings of the streamed pass
+            (:func:`bayes_rbfn.parallel.woodbury_stats`): sums before whitening, data points per chunk,
+            and a :class:`jax.sharding.Mesh` with a ``"data"`` axis to shard the pass over its devices.
     """
 
     pytree_data_fields = ("Z",)
-    pytree_aux_fields = ("approx", "jitter")
+    pytree_aux_fields = ("approx", "jitter", "fast", "chunk_size", "mesh")
 
     def __init__(
         self,
@@ -139,15 +142,19 @@ class SparseGP(_GaussianProcessMarginal):
         approx: str = "sor",
         mean: Any = 0.0,
         jitter: float | None = None,
+        fast: bool = False,
+        chunk_size: int | None = None,
+        mesh: Any = None,
         validate_args: bool | None = None,
     ) -> None:
         if approx not in APPROXIMATIONS:
             expected = ", ".join(map(repr, APPROXIMATIONS))
             raise ValueError(f"approx: expected one of {expected}, got {approx!r}")
-        if jitter is not None and not (np.isfinite(jitter) and jitter > 0):
-            raise ValueError(f"jitter: expected a finite number > 0 (or None for the policy), got {jitter!r}")
+        if jitter is not None and not (np.isfinite(jitter) and jitter >= 0):
+            raise ValueError(f"jitter: expected a finite number ≥ 0 (or None for the policy), got {jitter!r}")
         self.approx = approx
         self.jitter = jitter
+        self.fast, self.chunk_size, self.mesh = bool(fast), chunk_size, mesh
         self._init_common(kernel, X, noise, mean, validate_args)
         self.Z = check_X(Z, "Z", dim=self.X.shape[1]).astype(self.X.dtype)
 
@@ -166,18 +173,15 @@ class SparseGP(_GaussianProcessMarginal):
     def _factor(self, r: jax.Array) -> tuple[linalg.Woodbury, Any]:
         Luu = self._Luu()
         d = self._diagonal(Luu)
-        return parallel.woodbury_factor(self.kernel, self.Z, self.X, r, d, Luu), d
+        factor = parallel.woodbury_factor(
+            self.kernel, self.Z, self.X, r, d, Luu, fast=self.fast, chunk_size=self.chunk_size, mesh=self.mesh
+        )
+        return factor, d
 
     def log_prob(self, value: jax.Array) -> jax.Array:
         """log N(y | m, Q_ff + D) (VFE: − tr(K_ff − Q_ff)/(2σ²)), O(NM²); -inf if a factorisation fails."""
-        factor, _ = self._factor(value - self.loc)
-        logp = factor.log_marginal_likelihood()
-        if self.approx == "vfe":
-            # tr(Q_ff)/σ² = tr(AAᵀ) = ‖L_B‖²_F − M, as B = I + AAᵀ = L_B L_Bᵀ: no second pass over the data.
-            trace_Q = self.noise**2 * (jnp.sum(factor.LB**2) - factor.LB.shape[0])
-            trace = jnp.maximum(jnp.sum(self.kernel.diag(self.X)) - trace_Q, 0.0)
-            logp = logp - 0.5 * trace / self.noise**2
-        return linalg.finite_or_neg_inf(logp)
+        # One compiled program (also when NumPyro runs the model eagerly while initialising).
+        return _sparse_log_prob(self, value)
 
     def sample(self, key: jax.Array, sample_shape: tuple[int, ...] = ()) -> jax.Array:
         """Draws of y, shape sample_shape + (N,): f = K_fu L_uu⁻ᵀ v (+ FITC's diagonal) + σε, O(NM) each.
@@ -229,6 +233,18 @@ class SparseGP(_GaussianProcessMarginal):
         r = jnp.asarray(y, self.X.dtype) - self.loc
         factor, d = self._factor(r)
         return parallel.sor_loo(factor, self.kernel, self.Z, self.X, r, d)
+
+
+@jax.jit
+def _sparse_log_prob(d: SparseGP, value: jax.Array) -> jax.Array:
+    factor, _ = d._factor(value - d.loc)
+    logp = factor.log_marginal_likelihood()
+    if d.approx == "vfe":
+        # tr(Q_ff)/σ² = tr(AAᵀ) = ‖L_B‖²_F − M, as B = I + AAᵀ = L_B L_Bᵀ: no second pass over the data.
+        trace_Q = d.noise**2 * (jnp.sum(factor.LB**2) - factor.LB.shape[0])
+        trace = jnp.maximum(jnp.sum(d.kernel.diag(d.X)) - trace_Q, 0.0)
+        logp = logp - 0.5 * trace / d.noise**2
+    return linalg.finite_or_neg_inf(logp)
 
 
 class ExactGP(_GaussianProcessMarginal):

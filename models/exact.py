@@ -5,42 +5,50 @@ from __future__ import annotations
 from functools import partial
 
 import jax
-import numpyro
 
-from bayes_rbfn import conditional, linalg
+from bayes_rbfn import conditional
 from bayes_rbfn.models import ModelConfig, ModelSpec
-from bayes_rbfn.models._common import sample_hyperparameters
+from bayes_rbfn.models._common import observe, prior_mean, sample_parameters
+from bayes_rbfn.models.distributions import ExactGP
 
 
 def model(data: dict, config: ModelConfig) -> None:
-    """NumPyro model: hyperparameters ~ priors; factor log N(y − c | 0, K_ff + σ²I)."""
-    _, _, values = sample_hyperparameters(config.family, config.priors, config.fixed, config.hyperprior)
-    if data.get("y") is None:
-        return
-    numpyro.factor("y", log_density(values, data, config))
+    """NumPyro model: hyperparameters ~ priors; y ~ ExactGP, i.e. N(m, K_ff + σ²I).
+
+    ``data``: ``X`` (N, D), ``y`` (N,) or None (then y is simulated), ``y_offset``, ``x_centre``.
+    """
+    observe(marginal(sample_parameters(config), data, config), data)
+
+
+def marginal(params: dict, data: dict, config: ModelConfig) -> ExactGP:
+    """The distribution of y given one set of parameters: N(m, K_ff + σ²I)."""
+    kernel = config.family.build(params)
+    return ExactGP(kernel, data["X"], params["noise"], mean=prior_mean(params, data, config, data["X"]))
 
 
 @partial(jax.jit, static_argnames="config")
 def log_density(params: dict, data: dict, config: ModelConfig):
-    """log N(y − c | 0, K_ff + σ²I); -inf when the Cholesky factorisation fails."""
-    kernel = config.family.build(params)
-    logp = conditional.exact_log_marginal(kernel, data["X"], data["y"] - data["y_offset"], params["noise"])
-    return linalg.finite_or_neg_inf(logp)
+    """log N(y | m, K_ff + σ²I); -inf when the Cholesky factorisation fails."""
+    return marginal(params, data, config).log_prob(data["y"])
+
+
+def _centred(params: dict, data: dict, config: ModelConfig):
+    return data["y"] - prior_mean(params, data, config, data["X"])
 
 
 def predict(params: dict, data: dict, config: ModelConfig, X_test):
     """Per-draw exact GP moments of the latent f* at X_test."""
     kernel = config.family.build(params)
     moments = conditional.exact_predict(
-        kernel, data["X"], data["y"] - data["y_offset"], params["noise"], X_test, full_cov=False
+        kernel, data["X"], _centred(params, data, config), params["noise"], X_test, full_cov=False
     )
-    return moments.mean + data["y_offset"], moments.var
+    return moments.mean + prior_mean(params, data, config, X_test), moments.var
 
 
 def log_likelihood(params: dict, data: dict, config: ModelConfig):
     """Exact LOO conditionals log p(y_i | y_−i, θ)."""
     kernel = config.family.build(params)
-    return conditional.exact_loo(kernel, data["X"], data["y"] - data["y_offset"], params["noise"])
+    return conditional.exact_loo(kernel, data["X"], _centred(params, data, config), params["noise"])
 
 
 SPEC = ModelSpec(

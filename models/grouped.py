@@ -31,6 +31,7 @@ import numpyro.distributions as dist
 
 from bayes_rbfn import conditional, linalg
 from bayes_rbfn.models import ModelConfig, ModelSpec
+from bayes_rbfn.models._common import ModelMarginal, observe
 
 #: Prior scale of the population spread τ of every log-hyperparameter.
 TAU_SCALE = 0.5
@@ -159,12 +160,36 @@ def _per_group(params: dict, data: dict, config: ModelConfig, fn):
 
 
 def model(data: dict, config: ModelConfig) -> None:
-    """NumPyro model: population (μ, τ) → per-group hyperparameters → Σ_g log N(y_g | c_g, Q^(g) + σ_g² I)."""
+    """NumPyro model: population (μ, τ) → per-group hyperparameters → y_g ~ N(c_g, Q^(g) + σ_g² I) per group.
+
+    ``data``: the padded layout of :func:`prepare` (``X`` (G, N_max, D), ``y`` (G, N_max) or None,
+    ``mask``, ``Z``, ``y_offset`` (G,)); simulated y are 0 at the padding.
+    """
     G = data["y_offset"].shape[0]
     values = _group_values(config, G)
-    if data.get("y") is None:
-        return
-    numpyro.factor("y", log_density(values, data, config))
+    observe(ModelMarginal(log_density, simulate, values, data, config, data["X"].shape[:2]), data)
+
+
+def simulate(key: jax.Array, sample_shape: tuple, params: dict, data: dict, config: ModelConfig) -> jax.Array:
+    """Draws of the padded y (G, N_max): per group c_g + K_fu L_uu⁻ᵀ v_g + σ_g ε (0 at padding), O(NM)."""
+    names = (*config.family.params, "noise")
+    G, n_max = data["X"].shape[:2]
+    M = data["Z"].shape[-2]
+    k_v, k_eps = jax.random.split(key)
+    v = jax.random.normal(k_v, (*sample_shape, G, M), data["X"].dtype)
+    eps = jax.random.normal(k_eps, (*sample_shape, G, n_max), data["X"].dtype)
+
+    def one_group(p, X_g, Z_g, c_g, v_g, eps_g):
+        kernel = config.family.build(p)
+        Luu = linalg.cholesky(kernel(Z_g, Z_g), config.jitter)
+        factor_f = linalg.solve_lower(Luu, kernel(Z_g, X_g))  # (M, N_max): Q_ff = factor_fᵀ factor_f
+        return c_g + v_g @ factor_f + p["noise"] * eps_g
+
+    by_group = {k: params[k] for k in names}
+    draws = jax.vmap(one_group, in_axes=(0, 0, _z_axis(data), 0, -2, -2), out_axes=-2)(
+        by_group, data["X"], data["Z"], data["y_offset"], v, eps
+    )
+    return jnp.where(data["mask"], draws, 0.0)
 
 
 @partial(jax.jit, static_argnames="config")

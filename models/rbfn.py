@@ -1,74 +1,83 @@
-"""``rbfn`` — the Bayesian RBF network in weight space.
+"""``rbfn`` — the Bayesian RBF network in weight space, under any likelihood of the collection.
 
     α = L_uu⁻ᵀ v,  v ~ N(0, I_M)   ⇔   α ~ N(0, K_uu⁻¹)   (non-centred through the Cholesky factor)
-    y ~ N(c + K_fu α, σ² I)
+    f = m + K_fu α,   y_i ~ p(y_i | f_i)   (:mod:`bayes_rbfn.models.likelihoods`)
 
-Marginalising α gives exactly the SoR model (DESIGN §1); here NUTS samples α explicitly, together with
-the hyperparameters. The whitened variable ``weights_raw`` (v) is what NUTS moves; ``weights`` (α) is
-recorded as a deterministic site.
+With the Gaussian likelihood, marginalising α gives exactly the SoR model (DESIGN §1); here NUTS samples
+α explicitly, together with the hyperparameters, which is what lets the same network carry a Student-t,
+Poisson, negative-binomial or Bernoulli likelihood. The model is a composition of the public pieces: the
+network is the layer :func:`bayes_rbfn.models.layers.rbfn` named ``"f"`` (sites ``f_v``, the whitened
+weights NUTS moves; ``f_alpha``, the weights α; ``f``, the latent at X), and the data are one plate of
+the likelihood's observed site ``y``.
 
 Choices (documented, as the issue asks):
 
-* the per-draw predictive is f* = c + K_*u α from the sampled weights, with ``f_var = 0``: given (θ, α)
-  the latent is known, and the mixture over draws (law of total variance) carries all the uncertainty.
-  That is what makes this model the weight-space check of the SoR formulas.
-* the pointwise log-likelihood stored for LOO is α-marginalised, the SoR conditional log p(y_i | y_−i, θ):
-  the conditionals given α factorise but PSIS importance weights over M extra dimensions are unstable,
-  and α-marginalised values make ``rbfn`` and ``sor`` directly comparable with ``az.compare``.
+* the per-draw predictive is f* = m(x*) + K_*u α from the sampled weights, with ``f_var = 0``: given
+  (θ, α) the latent is known, and the mixture over draws (law of total variance) carries all the
+  uncertainty. That is what makes this model the weight-space check of the SoR formulas.
+* the pointwise log-likelihood stored for LOO: with the Gaussian likelihood it is α-marginalised, the SoR
+  conditional log p(y_i | y_−i, θ) — the conditionals given α factorise but PSIS importance weights over
+  M extra dimensions are unstable, and α-marginalised values make ``rbfn`` and ``sor`` directly comparable
+  with ``az.compare``. With any other likelihood, where nothing can be marginalised, it is the plain
+  pointwise log density log p(y_i | f_i).
 """
 
 from __future__ import annotations
 
-from functools import partial
-
-import jax
 import jax.numpy as jnp
 import numpyro
-import numpyro.distributions as dist
 
-from bayes_rbfn import linalg
 from bayes_rbfn.models import ModelConfig, ModelSpec, sor
-from bayes_rbfn.models._common import sample_hyperparameters
+from bayes_rbfn.models._common import observe, prior_mean, sample_parameters
+from bayes_rbfn.models.layers import rbfn
+from bayes_rbfn.models.likelihoods import LIKELIHOODS
+
+#: The name of the layer: its sites are ``f_v``, ``f_alpha`` and ``f``.
+LAYER = "f"
 
 
 def model(data: dict, config: ModelConfig) -> None:
-    """NumPyro model: hyperparameters, whitened weights v ~ N(0, I), y ~ N(c + K_fu L_uu⁻ᵀ v, σ²I)."""
-    _, _, values = sample_hyperparameters(config.family, config.priors, config.fixed, config.hyperprior)
-    M = data["Z"].shape[0]
-    v = numpyro.sample("weights_raw", dist.Normal(jnp.zeros(M), 1.0).to_event(1))
-    weights = numpyro.deterministic("weights", _weights(values, v, data, config))
-    if data.get("y") is None:
-        return
-    numpyro.factor("y", _log_likelihood_given_weights(values, weights, data, config))
+    """NumPyro model: hyperparameters, the RBFN layer f = m + K_fu L_uu⁻ᵀ v, then y_i ~ p(y_i | f_i).
 
-
-@partial(jax.jit, static_argnames="config")
-def _weights(params: dict, v, data: dict, config: ModelConfig):
-    """α = L_uu⁻ᵀ v, so that v ~ N(0, I) gives α ~ N(0, K_uu⁻¹)."""
-    kernel = config.family.build(params)
-    return linalg.solve_upper(linalg.cholesky(kernel(data["Z"], data["Z"]), config.jitter), v)
-
-
-@partial(jax.jit, static_argnames="config")
-def _log_likelihood_given_weights(params: dict, weights, data: dict, config: ModelConfig):
-    """Σ_i log N(y_i | c + K_fu α, σ²); -inf when the weights are not finite."""
-    kernel = config.family.build(params)
-    f = kernel(data["X"], data["Z"]) @ weights + data["y_offset"]
-    return linalg.finite_or_neg_inf(jnp.sum(dist.Normal(f, params["noise"]).log_prob(data["y"])))
+    ``data``: ``X`` (N, D), ``Z`` (M, D), ``y`` (N,) or None (then y is simulated), ``y_offset``,
+    ``x_centre`` as for every model (:mod:`bayes_rbfn.models`).
+    """
+    values = sample_parameters(config)
+    kernel = config.family.build(values)
+    f = rbfn(
+        LAYER,
+        kernel,
+        data["X"],
+        data["Z"],
+        mean=prior_mean(values, data, config, data["X"]),
+        jitter=config.jitter,
+    )
+    with numpyro.plate("obs", data["X"].shape[0]):
+        observe(config.likelihood.observe(f, values), data)
 
 
 def predict(params: dict, data: dict, config: ModelConfig, X_test):
-    """f* = c + K_*u α for this draw's weights; f_var = 0 (see the module docstring)."""
+    """f* = m(x*) + K_*u α for this draw's weights (the latent, on the link scale); f_var = 0."""
     kernel = config.family.build(params)
-    mean = kernel(X_test, data["Z"]) @ params["weights"] + data["y_offset"]
+    mean = kernel(X_test, data["Z"]) @ params[f"{LAYER}_alpha"] + prior_mean(params, data, config, X_test)
     return mean, jnp.zeros_like(mean)
+
+
+def log_likelihood(params: dict, data: dict, config: ModelConfig):
+    """Gaussian: the SoR LOO conditionals (α marginalised); otherwise the pointwise log p(y_i | f_i)."""
+    if config.likelihood.marginalisable:
+        return sor.log_likelihood(params, data, config)
+    f, _ = predict(params, data, config, data["X"])
+    return config.likelihood.observe(f, params).log_prob(data["y"])
 
 
 SPEC = ModelSpec(
     name="rbfn",
     model=model,
     predict=predict,
-    log_likelihood=sor.log_likelihood,
+    log_likelihood=log_likelihood,
     uses_inducing=True,
-    description="Bayesian RBF network: α ~ N(0, K_uu⁻¹) sampled explicitly, y ~ N(c + K_fu α, σ²I)",
+    description="Bayesian RBF network: α ~ N(0, K_uu⁻¹) sampled explicitly, f = m + K_fu α, any likelihood",
+    likelihoods=tuple(LIKELIHOODS),
+    unstored_sites=(LAYER,),
 )

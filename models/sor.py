@@ -14,27 +14,44 @@ from __future__ import annotations
 from functools import partial
 
 import jax
-import numpyro
 
 from bayes_rbfn import linalg, parallel
 from bayes_rbfn.models import ModelConfig, ModelSpec
-from bayes_rbfn.models._common import sample_hyperparameters
+from bayes_rbfn.models._common import observe, prior_mean, sample_parameters
+from bayes_rbfn.models.distributions import SparseGP
 
 
 def model(data: dict, config: ModelConfig) -> None:
-    """NumPyro model: hyperparameters ~ priors; factor log N(y − c | 0, Q_ff + σ²I)."""
-    _, _, values = sample_hyperparameters(config.family, config.priors, config.fixed, config.hyperprior)
-    if data.get("y") is None:
-        return
-    numpyro.factor("y", log_density(values, data, config))
+    """NumPyro model: hyperparameters ~ priors; y ~ SparseGP(approx="sor"), i.e. N(m, Q_ff + σ²I).
+
+    ``data``: ``X`` (N, D), ``Z`` (M, D), ``y`` (N,) or None (then y is simulated), ``y_offset`` (the
+    constant prior mean), ``x_centre`` (D,) for a linear mean.
+    """
+    values = sample_parameters(config)
+    observe(marginal(values, data, config), data)
+
+
+def marginal(params: dict, data: dict, config: ModelConfig, approx: str = "sor") -> SparseGP:
+    """The distribution of y given one set of parameters: the sparse GP marginal, streamed."""
+    kernel, noise = _kernel(params, config)
+    return SparseGP(
+        kernel,
+        data["X"],
+        data["Z"],
+        noise,
+        approx=approx,
+        mean=prior_mean(params, data, config, data["X"]),
+        jitter=config.jitter,
+        fast=config.fast,
+        chunk_size=config.chunk_size,
+        mesh=config.mesh,
+    )
 
 
 @partial(jax.jit, static_argnames="config")
 def log_density(params: dict, data: dict, config: ModelConfig):
-    """log N(y − c | 0, Q_ff + σ²I) in O(NM²); -inf when a factorisation fails."""
-    kernel, noise = _kernel(params, config)
-    factor = _factor(kernel, noise, data["y"] - data["y_offset"], data, config)
-    return linalg.finite_or_neg_inf(factor.log_marginal_likelihood())
+    """log N(y − m | 0, Q_ff + σ²I) in O(NM²); -inf when a factorisation fails."""
+    return marginal(params, data, config).log_prob(data["y"])
 
 
 def _kernel(params: dict, config: ModelConfig):
@@ -63,17 +80,17 @@ def predict(params: dict, data: dict, config: ModelConfig, X_test):
     test point at once and the factor is then computed once per draw).
     """
     kernel, noise = _kernel(params, config)
-    factor = _factor(kernel, noise, data["y"] - data["y_offset"], data, config)
+    factor = _factor(kernel, noise, data["y"] - prior_mean(params, data, config, data["X"]), data, config)
     mean, var = parallel.sor_moments(
         factor, kernel, data["Z"], X_test, chunk_size=config.chunk_size, mesh=config.mesh
     )
-    return mean + data["y_offset"], var
+    return mean + prior_mean(params, data, config, X_test), var
 
 
 def log_likelihood(params: dict, data: dict, config: ModelConfig):
     """LOO conditionals log p(y_i | y_−i, θ) under the SoR marginal, O(NM²)."""
     kernel, noise = _kernel(params, config)
-    y = data["y"] - data["y_offset"]
+    y = data["y"] - prior_mean(params, data, config, data["X"])
     factor = _factor(kernel, noise, y, data, config)
     return parallel.sor_loo(
         factor, kernel, data["Z"], data["X"], y, noise**2, chunk_size=config.chunk_size, mesh=config.mesh

@@ -73,11 +73,10 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
-import numpyro
 
 from bayes_rbfn import conditional, linalg, sparse
 from bayes_rbfn.models import ModelConfig, ModelSpec, sor
-from bayes_rbfn.models._common import sample_hyperparameters
+from bayes_rbfn.models._common import observe, prior_mean, sample_parameters
 
 __all__ = [
     "SPECS",
@@ -105,33 +104,33 @@ def _kernel(params: dict, config: ModelConfig):
     return config.family.build(params), params["noise"]
 
 
-def _centred(data: dict) -> jax.Array:
-    return data["y"] - data["y_offset"]
+def _centred(params: dict, data: dict, config: ModelConfig) -> jax.Array:
+    return data["y"] - prior_mean(params, data, config, data["X"])
 
 
-def _numpyro_model(log_density: Callable, doc: str) -> Callable[[dict, ModelConfig], None]:
-    """A NumPyro model: hyperparameters ~ priors (or pinned), then ``factor("y", log_density)``."""
+def _numpyro_model(approx: str, doc: str) -> Callable[[dict, ModelConfig], None]:
+    """A NumPyro model: hyperparameters ~ priors (or pinned), then y ~ ``SparseGP(approx=approx)``."""
 
     def model(data: dict, config: ModelConfig) -> None:
-        _, _, values = sample_hyperparameters(config.family, config.priors, config.fixed, config.hyperprior)
-        if data.get("y") is None:
-            return
-        numpyro.factor("y", log_density(values, data, config))
+        values = sample_parameters(config)
+        observe(sor.marginal(values, data, config, approx), data)
 
     model.__doc__ = doc
     return model
+
+
+@partial(jax.jit, static_argnames=("approx", "config"))
+def _log_density(approx: str, params: dict, data: dict, config: ModelConfig) -> jax.Array:
+    return sor.marginal(params, data, config, approx).log_prob(data["y"])
 
 
 # --------------------------------------------------------------------------------------------------
 # DTC
 
 
-@partial(jax.jit, static_argnames="config")
 def dtc_log_density(params: dict, data: dict, config: ModelConfig) -> jax.Array:
-    """log N(y − c | 0, Q_ff + σ²I) in O(NM²), [1] eq. (20) (SoR's); -inf when a factorisation fails."""
-    kernel, noise = _kernel(params, config)
-    value = sparse.dtc_log_marginal(kernel, data["X"], _centred(data), data["Z"], noise, config.jitter)
-    return linalg.finite_or_neg_inf(value)
+    """log N(y − m | 0, Q_ff + σ²I) in O(NM²), [1] eq. (20) (SoR's); -inf when a factorisation fails."""
+    return _log_density("dtc", params, data, config)
 
 
 def dtc_predict(params: dict, data: dict, config: ModelConfig, X_test: jax.Array):
@@ -141,34 +140,31 @@ def dtc_predict(params: dict, data: dict, config: ModelConfig, X_test: jax.Array
     variance the Nyström prior drops at X_test).
     """
     kernel, noise = _kernel(params, config)
-    factor, _ = sparse.dtc_factor(kernel, data["X"], _centred(data), data["Z"], noise, config.jitter)
+    factor, _ = sparse.dtc_factor(
+        kernel, data["X"], _centred(params, data, config), data["Z"], noise, config.jitter
+    )
     moments = sparse.dtc_predict(factor, kernel, data["Z"], X_test, full_cov=False)
-    return moments.mean + data["y_offset"], moments.var
+    return moments.mean + prior_mean(params, data, config, X_test), moments.var
 
 
 def dtc_log_likelihood(params: dict, data: dict, config: ModelConfig) -> jax.Array:
     """LOO conditionals log p(y_i | y_−i, θ) under N(c, Q_ff + σ²I), shape (N,), O(NM²) ([4])."""
     kernel, noise = _kernel(params, config)
-    y = _centred(data)
+    y = _centred(params, data, config)
     factor, Kuf = sparse.dtc_factor(kernel, data["X"], y, data["Z"], noise, config.jitter)
     return sparse.dtc_loo(factor, Kuf, y, noise)
 
 
-dtc_model = _numpyro_model(
-    dtc_log_density, "NumPyro model: hyperparameters ~ priors; factor log N(y − c | 0, Q_ff + σ²I) (DTC)."
-)
+dtc_model = _numpyro_model("dtc", "NumPyro model: hyperparameters ~ priors; y ~ N(m, Q_ff + σ²I) (DTC).")
 
 
 # --------------------------------------------------------------------------------------------------
 # FITC
 
 
-@partial(jax.jit, static_argnames="config")
 def fitc_log_density(params: dict, data: dict, config: ModelConfig) -> jax.Array:
-    """log N(y − c | 0, Q_ff + Λ), Λ = diag(K_ff − Q_ff) + σ²I, in O(NM²), [1] eq. (24); -inf on failure."""
-    kernel, noise = _kernel(params, config)
-    value = sparse.fitc_log_marginal(kernel, data["X"], _centred(data), data["Z"], noise, config.jitter)
-    return linalg.finite_or_neg_inf(value)
+    """log N(y − m | 0, Q_ff + Λ), Λ = diag(K_ff − Q_ff) + σ²I, in O(NM²), [1] eq. (24); -inf on failure."""
+    return _log_density("fitc", params, data, config)
 
 
 def fitc_predict(params: dict, data: dict, config: ModelConfig, X_test: jax.Array):
@@ -177,23 +173,23 @@ def fitc_predict(params: dict, data: dict, config: ModelConfig, X_test: jax.Arra
     mean = c + K_*u Σ K_uf Λ⁻¹ (y − c), var = K_** − Q_** + K_*u Σ K_u*, Σ = (K_uu + K_uf Λ⁻¹ K_fu)⁻¹.
     """
     kernel, noise = _kernel(params, config)
-    factor, _, _ = sparse.fitc_factor(kernel, data["X"], _centred(data), data["Z"], noise, config.jitter)
+    factor, _, _ = sparse.fitc_factor(
+        kernel, data["X"], _centred(params, data, config), data["Z"], noise, config.jitter
+    )
     moments = sparse.fitc_predict(factor, kernel, data["Z"], X_test, full_cov=False)
-    return moments.mean + data["y_offset"], moments.var
+    return moments.mean + prior_mean(params, data, config, X_test), moments.var
 
 
 def fitc_log_likelihood(params: dict, data: dict, config: ModelConfig) -> jax.Array:
     """LOO conditionals log p(y_i | y_−i, θ) under FITC's N(c, Q_ff + Λ), shape (N,), O(NM²) ([4])."""
     kernel, noise = _kernel(params, config)
-    y = _centred(data)
+    y = _centred(params, data, config)
     factor, Kuf, d = sparse.fitc_factor(kernel, data["X"], y, data["Z"], noise, config.jitter)
     return sparse.fitc_loo(factor, Kuf, y, d)
 
 
 fitc_model = _numpyro_model(
-    fitc_log_density,
-    "NumPyro model: hyperparameters ~ priors; factor log N(y − c | 0, Q_ff + Λ), "
-    "Λ = diag(K_ff − Q_ff) + σ²I (FITC).",
+    "fitc", "NumPyro model: hyperparameters ~ priors; y ~ N(m, Q_ff + Λ), Λ = diag(K_ff − Q_ff) + σ²I (FITC)."
 )
 
 
@@ -201,37 +197,36 @@ fitc_model = _numpyro_model(
 # VFE
 
 
-@partial(jax.jit, static_argnames="config")
 def vfe_log_density(params: dict, data: dict, config: ModelConfig) -> jax.Array:
-    """Titsias's bound log N(y − c | 0, Q_ff + σ²I) − tr(K_ff − Q_ff)/(2σ²), [2] eq. (9); -inf on failure.
+    """Titsias's bound log N(y − m | 0, Q_ff + σ²I) − tr(K_ff − Q_ff)/(2σ²), [2] eq. (9); -inf on failure.
 
     Used as the log likelihood, so NUTS samples the pseudo-posterior p(θ) exp F(θ) (module docstring).
     """
-    kernel, noise = _kernel(params, config)
-    value = sparse.vfe_bound(kernel, data["X"], _centred(data), data["Z"], noise, config.jitter)
-    return linalg.finite_or_neg_inf(value)
+    return _log_density("vfe", params, data, config)
 
 
 def vfe_predict(params: dict, data: dict, config: ModelConfig, X_test: jax.Array):
     """Per-draw moments of the latent f* under Titsias's optimal q(u) ([2] §3), equal to DTC's."""
     kernel, noise = _kernel(params, config)
-    factor, _ = sparse.dtc_factor(kernel, data["X"], _centred(data), data["Z"], noise, config.jitter)
+    factor, _ = sparse.dtc_factor(
+        kernel, data["X"], _centred(params, data, config), data["Z"], noise, config.jitter
+    )
     moments = sparse.vfe_predict(factor, kernel, data["Z"], X_test, full_cov=False)
-    return moments.mean + data["y_offset"], moments.var
+    return moments.mean + prior_mean(params, data, config, X_test), moments.var
 
 
 def vfe_log_likelihood(params: dict, data: dict, config: ModelConfig) -> jax.Array:
     """LOO conditionals for the VFE pseudo-posterior: DTC's (the trace term does not depend on y), (N,)."""
     kernel, noise = _kernel(params, config)
-    y = _centred(data)
+    y = _centred(params, data, config)
     factor, Kuf = sparse.dtc_factor(kernel, data["X"], y, data["Z"], noise, config.jitter)
     return sparse.vfe_loo(factor, Kuf, y, noise)
 
 
 vfe_model = _numpyro_model(
-    vfe_log_density,
-    "NumPyro model: hyperparameters ~ priors; factor Titsias's bound (VFE): a pseudo-likelihood, see the "
-    "module docstring.",
+    "vfe",
+    "NumPyro model: hyperparameters ~ priors; y observed under Titsias's bound (VFE): a pseudo-likelihood, "
+    "see the module docstring; simulated y are drawn from DTC's marginal.",
 )
 
 
@@ -311,10 +306,10 @@ def asor_predict(params: dict, data: dict, config: ModelConfig, X_test: jax.Arra
     See :func:`augmented_sor_predict`: SoR's posterior, with each test input added to the inducing inputs.
     """
     kernel, noise = _kernel(params, config)
-    y = _centred(data)
+    y = _centred(params, data, config)
     factor, _ = sparse.dtc_factor(kernel, data["X"], y, data["Z"], noise, config.jitter)
     moments = augmented_sor_predict(factor, kernel, data["X"], y, data["Z"], noise, X_test)
-    return moments.mean + data["y_offset"], moments.var
+    return moments.mean + prior_mean(params, data, config, X_test), moments.var
 
 
 # --------------------------------------------------------------------------------------------------

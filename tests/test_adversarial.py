@@ -400,7 +400,7 @@ def test_nuts_keeps_running_through_failed_factorisations():
             kernel="se",
             priors=priors,
             fixed={"variance": 1.0},
-            y_offset=0.0,
+            mean=0.0,
             chains=1,
             draws=100,
             warmup=100,

@@ -85,7 +85,14 @@ Y = np.sin(6 * X)
         (dict(priors={"wiggliness": dist.Normal(0, 1)}), r"priors: unknown hyperparameter 'wiggliness'"),
         (dict(priors={"noise": 3.0}), r"priors: the prior for 'noise' must be a numpyro distribution"),
         (dict(fixed={"period": 1.0}), r"fixed: unknown hyperparameter 'period'"),
-        (dict(y_offset="median"), r"y_offset: expected 'mean' or a number"),
+        (dict(mean="median"), r"mean: expected one of constant, zero, linear, a number or a callable"),
+        (dict(mean=float("nan")), r"mean: must be finite"),
+        (dict(model="blr", mean="linear"), r"mean: the 'blr' model takes a constant mean only"),
+        (dict(likelihood="gamma"), r"likelihood: unknown likelihood 'gamma'; choose one of gaussian"),
+        (dict(likelihood="poisson"), r"likelihood: the 'sor' model takes only the 'gaussian' likelihood"),
+        (dict(model="exact", likelihood="student_t"), r"likelihood: the 'exact' model takes only"),
+        (dict(posterior_predictive=-1), r"posterior_predictive: must be a whole number ≥ 0"),
+        (dict(coords={"input_dim": ["a", "b"]}), r"coords: 'input_dim' has 1 entries, got 2 names"),
         (dict(group=np.zeros(20, dtype=int)), r"group: the 'sor' model is not grouped"),
         (dict(X_pred=np.ones((3, 2))), r"X_pred: has 2 input dimension\(s\) but X has 1"),
     ],
@@ -178,3 +185,18 @@ def test_sample_predictive_moments():
     se = np.sqrt(pred.var / 20000)
     assert np.all(np.abs(draws.mean(0) - pred.mean) < 5 * se)
     assert np.all(np.abs(draws.var(0) / pred.var - 1) < 5 * np.sqrt(2 / 20000))
+
+
+@pytest.mark.parametrize(
+    "likelihood, y, match",
+    [
+        ("poisson", np.r_[1.0, 2.0, -1.0, np.ones(17)], r"likelihood: 'poisson' needs y to be counts .*rows 2 "),
+        ("negative_binomial", np.r_[np.ones(5), 2.5, np.ones(14)], r"first at rows 5 \(0-based\): 2\.5"),
+        ("bernoulli", np.r_[0.0, 1.0, 2.0, 1.0, -1.0, np.zeros(15)], r"labels 0 or 1; 2 value\(s\).*rows 2, 4"),
+    ],
+    ids=["negative-count", "fractional-count", "label-not-0-1"],
+)
+def test_fit_rejects_data_the_likelihood_cannot_take(likelihood, y, match):
+    """Counts must be whole numbers ≥ 0 and labels 0 or 1; the error names the likelihood and the rows."""
+    with pytest.raises(ValueError, match=match):
+        br.fit("rbfn", X, y, likelihood=likelihood, progress=False)
