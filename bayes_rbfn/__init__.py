@@ -18,19 +18,22 @@ __all__ = [
     "ExactGP",
     "SparseGP",
     "__version__",
+    "build_model",
     "conditional",
     "fit",
     "kernels",
     "linalg",
+    "loo_log_likelihood",
     "predict",
     "predict_rbfn",
+    "prior_predictive",
     "rbfn",
 ]
 
 if TYPE_CHECKING:
     from bayes_rbfn import conditional, kernels, linalg
-    from bayes_rbfn.inference import fit
-    from bayes_rbfn.models.distributions import ExactGP, SparseGP
+    from bayes_rbfn.inference import build_model, fit, prior_predictive
+    from bayes_rbfn.models.distributions import ExactGP, SparseGP, loo_log_likelihood
     from bayes_rbfn.models.layers import predict_rbfn, rbfn
     from bayes_rbfn.predictive import predict
 
@@ -41,6 +44,9 @@ _LAZY = {
     "kernels": ("bayes_rbfn.kernels", None),
     "linalg": ("bayes_rbfn.linalg", None),
     "fit": ("bayes_rbfn.inference", "fit"),
+    "build_model": ("bayes_rbfn.inference", "build_model"),
+    "prior_predictive": ("bayes_rbfn.inference", "prior_predictive"),
+    "loo_log_likelihood": ("bayes_rbfn.models.distributions", "loo_log_likelihood"),
     "predict": ("bayes_rbfn.predictive", "predict"),
     "SparseGP": ("bayes_rbfn.models.distributions", "SparseGP"),
     "ExactGP": ("bayes_rbfn.models.distributions", "ExactGP"),

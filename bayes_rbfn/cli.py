@@ -245,6 +245,26 @@ def _one_of(kind: str, valid: Callable[[], Sequence[str]]) -> Callable[[str], st
     return check
 
 
+def _likelihood_names() -> list[str]:
+    from bayes_rbfn.models.likelihoods import LIKELIHOODS
+
+    return list(LIKELIHOODS)
+
+
+def _mean_option(text: str) -> str | float:
+    """--mean: constant, zero, linear or a finite number."""
+    if text in ("constant", "zero", "linear"):
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        expected = "expected constant, zero, linear or a number"
+        raise argparse.ArgumentTypeError(f"{expected}, got {text!r}") from None
+    if not np.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
 def _model_names() -> list[str]:
     from bayes_rbfn.models import available_models
 
@@ -452,22 +472,28 @@ def _run_datasets(args: argparse.Namespace, console: Console) -> int:
 def _fit_arguments(parser: argparse.ArgumentParser) -> None:
     from bayes_rbfn.families import FAMILIES
     from bayes_rbfn.models import available_models
+    from bayes_rbfn.models.likelihoods import LIKELIHOODS
 
     models = available_models()
-    width = max(map(len, [*models, *FAMILIES]))
+    width = max(map(len, [*models, *FAMILIES, *LIKELIHOODS]))
     parser.epilog = (
         "models (--model):\n"
         + "\n".join(f"  {name:<{width}}  {text}" for name, text in models.items())
         + "\n\nkernels (--kernel):\n"
         + "\n".join(f"  {name:<{width}}  {fam.description}" for name, fam in FAMILIES.items())
+        + "\n\nlikelihoods (--likelihood; all but gaussian take --model rbfn only):\n"
+        + "\n".join(f"  {name:<{width}}  {lik.description}" for name, lik in LIKELIHOODS.items())
         + "\n\ndata sets (--dataset):\n"
         + "\n".join(f"  {name:<{width}}  {text}" for name, text in list_datasets().items())
         + "\n\noutput folder (--out):\n"
-        "  inference.nc     ArviZ InferenceData (netCDF): posterior, sample_stats, observed_data,\n"
-        "                   constant_data, log_likelihood (LOO conditionals), predictions (f_mean, f_var)\n"
+        "  inference.nc     ArviZ InferenceData (netCDF): posterior, posterior_predictive (replicates of\n"
+        "                   y), sample_stats, observed_data, constant_data, log_likelihood (LOO\n"
+        "                   conditionals, or pointwise for a factorised likelihood), predictions (f_mean,\n"
+        "                   f_var), predictions_constant_data (X_pred)\n"
         "  summary.csv      hyperparameter summary (mean, sd, HDI, ESS, r_hat)\n"
         "  trace.png        trace plots; rank.png  rank plots (chain mixing)\n"
-        "  predictive.png   posterior predictive mean, 50% and 95% intervals of y*, inducing inputs\n"
+        "  predictive.png   posterior predictive mean, 50% and 95% intervals of y* (of the rate or the\n"
+        "                   probability for counts and labels), inducing inputs\n"
         "  predictions.csv  the predictive at the prediction inputs; report.txt  the printed report\n"
         "\nexit status: 0 done, 2 bad input (nothing written), 130 interrupted (nothing written)."
     )
@@ -479,7 +505,23 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
         "--model",
         metavar="NAME",
         type=_one_of("model", _model_names),
-        help=f"model (default {DEFAULT_MODEL}; {DEFAULT_GROUPED_MODEL} for grouped data); listed below",
+        help=f"model (default {DEFAULT_MODEL}; {DEFAULT_GROUPED_MODEL} for grouped data; rbfn for a "
+        "non-Gaussian --likelihood); listed below",
+    )
+    model.add_argument(
+        "--likelihood",
+        metavar="NAME",
+        type=_one_of("likelihood", _likelihood_names),
+        help="observation model (default: the data set's own — poisson for coal, bernoulli for "
+        "breast_cancer — else gaussian); listed below",
+    )
+    model.add_argument(
+        "--mean",
+        metavar="MEAN",
+        type=_mean_option,
+        default="constant",
+        help="prior mean of the latent f: constant (the data's mean, not sampled; the default), zero, "
+        "linear (intercept and slopes sampled), or a number",
     )
     _kernel_arguments(model, "co2 for the co2 data set, else " + DEFAULT_KERNEL, DEFAULT_NUM_INDUCING)
     _sampler_arguments(parser)
@@ -658,6 +700,8 @@ class FitPlan:
     out: Path
     init: str = "median"
     notes: list[str] = field(default_factory=list)
+    likelihood: str = "gaussian"
+    mean: str | float = "constant"
 
 
 def _load_data(args: argparse.Namespace, default_dataset: str = DEFAULT_DATASET) -> tuple[Dataset, str]:
@@ -748,11 +792,27 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
     data, source = _load_data(args)
     notes = [data.notes] if data.notes else []
 
+    from bayes_rbfn.models.likelihoods import get_likelihood
+
+    likelihood = get_likelihood(args.likelihood or (data.likelihood if args.data is None else "gaussian"))
     if args.model is not None:
         model = args.model
+    elif not likelihood.marginalisable:
+        model = "rbfn"
     else:
         model = DEFAULT_GROUPED_MODEL if data.group is not None else DEFAULT_MODEL
     spec = get_model(model)
+    if likelihood.name not in spec.likelihoods:
+        raise UserError(
+            f"--likelihood {likelihood.name} needs the weight-space model (--model rbfn): the {model!r} "
+            "model marginalises its weights, which only the gaussian likelihood allows"
+        )
+    try:
+        likelihood.check(data.y)
+    except ValueError as err:
+        raise UserError("--" + str(err)) from None
+    if args.mean == "linear" and (spec.grouped or spec.family is not None):
+        raise UserError(f"--mean linear: the {model!r} model takes a constant mean only")
     if spec.grouped and data.group is None:
         raise UserError(
             f"--model {model} needs grouped data: give --group COL with a CSV file, or a grouped data set "
@@ -820,6 +880,8 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
         out=Path(out),
         init=args.init,
         notes=notes,
+        likelihood=likelihood.name,
+        mean=args.mean,
     )
 
 
@@ -999,7 +1061,8 @@ def _announce(plan: FitPlan, console: Console) -> None:
     for note in plan.notes:
         console.say(f"  note: {note}")
     m = "" if plan.Z is None else f", M = {plan.Z.shape[0]} inducing inputs (k-means)"
-    console.say(f"Model: {plan.model}, kernel {plan.kernel}{m}")
+    lik = "" if plan.likelihood == "gaussian" else f", {plan.likelihood} likelihood"
+    console.say(f"Model: {plan.model}, kernel {plan.kernel}{m}{lik}")
     import jax
 
     devices = jax.local_device_count()
@@ -1043,6 +1106,9 @@ def _sample(plan: FitPlan, console: Console, checkpoint: Path | None = None, chu
         check_diagnostics=False,
         checkpoint=checkpoint,
         chunk_size=chunk_size,
+        likelihood=plan.likelihood,
+        mean=plan.mean,
+        coords={"input_dim": list(d.x_names)},
     )
 
 
@@ -1071,7 +1137,7 @@ def hyperparameter_names(idata: Any) -> list[str]:
     post = idata.posterior
     names = []
     for name in post.data_vars:
-        if name == "weights" or name.endswith(("_raw", "_z")) or "inducing" in post[name].dims:
+        if name.endswith(("_raw", "_z")) or "inducing" in post[name].dims:
             continue
         names.append(str(name))
     return names
@@ -1124,6 +1190,20 @@ def _summarise(plan: FitPlan, idata: Any) -> FitResults:
         elif any("Pareto" in str(w.message) for w in caught):
             loo_note = "ArviZ warns that some Pareto k̂ are high; treat elpd_loo with care."
 
+    if plan.likelihood != "gaussian":
+        band, sd_f, sd_y = _band_of_the_mean(idata, plan)
+        return FitResults(
+            collapsed=_collapsed_points(plan, idata),
+            saturated=_saturated(plan, idata),
+            hyperparameters=names,
+            summary=summary,
+            convergence=convergence,
+            loo=loo,
+            loo_note=loo_note,
+            band=band,
+            sd_f=sd_f,
+            sd_y=sd_y,
+        )
     f_mean = np.asarray(idata.predictions["f_mean"].values)
     f_var = np.asarray(idata.predictions["f_var"].values)
     S = f_mean.shape[-1]
@@ -1134,11 +1214,9 @@ def _summarise(plan: FitPlan, idata: Any) -> FitResults:
     probs = sorted({p for c in INTERVALS for p in ((1 - c) / 2, (1 + c) / 2)})
     q = mixture_quantiles(f_mean.reshape(-1, S), var_y, probs)
     intervals = {c: (q[probs.index((1 - c) / 2)], q[probs.index((1 + c) / 2)]) for c in INTERVALS}
-    n_steps = np.asarray(idata.sample_stats["n_steps"].values) if "n_steps" in idata.sample_stats else None
-    saturated = 0 if n_steps is None else int(np.sum(n_steps >= 2**plan.max_tree_depth - 1))
     return FitResults(
         collapsed=_collapsed_points(plan, idata),
-        saturated=saturated,
+        saturated=_saturated(plan, idata),
         hyperparameters=names,
         summary=summary,
         convergence=convergence,
@@ -1148,6 +1226,43 @@ def _summarise(plan: FitPlan, idata: Any) -> FitResults:
         sd_f=np.sqrt(var_f),
         sd_y=np.sqrt(var_y_mix),
     )
+
+
+def _saturated(plan: FitPlan, idata: Any) -> int:
+    """Transitions that hit the maximum tree depth."""
+    n_steps = np.asarray(idata.sample_stats["n_steps"].values) if "n_steps" in idata.sample_stats else None
+    return 0 if n_steps is None else int(np.sum(n_steps >= 2**plan.max_tree_depth - 1))
+
+
+def _band_of_the_mean(idata: Any, plan: FitPlan) -> tuple[Any, np.ndarray, np.ndarray]:
+    """A non-Gaussian likelihood: the band of the mean of y given f (the rate exp f, the probability
+    logistic f, or f itself for Student-t) — quantiles over the draws, each draw's latent being known
+    given its weights (f_var = 0) — and the sd of a new observation y* by the law of total variance."""
+    import jax.numpy as jnp
+
+    from bayes_rbfn.models.likelihoods import get_likelihood
+    from bayes_rbfn.plots import Band
+
+    lik = get_likelihood(plan.likelihood)
+    post = idata.posterior
+    f = np.asarray(idata.predictions["f_mean"].values)
+    T, S = f.shape[0] * f.shape[1], f.shape[-1]
+    f = f.reshape(T, S)
+    fixed = json.loads(str(post.attrs.get("bayes_rbfn_fixed", "{}")))
+    params = {
+        name: (np.asarray(post[name].values).reshape(T, 1) if name in post else np.full((T, 1), fixed[name]))
+        for name in lik.params
+    }
+    mu = lik.inverse_link(f)
+    with np.errstate(over="ignore", invalid="ignore"):
+        given = {k: jnp.asarray(v) for k, v in params.items()}
+        var_obs = np.asarray(lik.observe(jnp.asarray(f), given).variance)
+    probs = sorted({p for c in INTERVALS for p in ((1 - c) / 2, (1 + c) / 2)})
+    q = np.quantile(mu, probs, axis=0)
+    intervals = {c: (q[probs.index((1 - c) / 2)], q[probs.index((1 + c) / 2)]) for c in INTERVALS}
+    quantity = {"log": "the rate", "logit": "the probability"}.get(lik.link, "the location f")
+    band = Band(mean=mu.mean(axis=0), intervals=intervals, quantity=quantity)
+    return band, mu.std(axis=0), np.sqrt(var_obs.mean(axis=0) + mu.var(axis=0))
 
 
 def _collapsed_points(plan: FitPlan, idata: Any) -> int:
@@ -1225,6 +1340,7 @@ def _draw_plots(folder: Path, plan: FitPlan, idata: Any, results: FitResults) ->
             band = plots.Band(
                 mean=results.band.mean[pred],
                 intervals={c: (lo[pred], hi[pred]) for c, (lo, hi) in results.band.intervals.items()},
+                quantity=results.band.quantity,
             )
             Zg = None if plan.Z is None else (plan.Z[g] if plan.Z.ndim == 3 else plan.Z)
             panels.append((d.group_names[g], d.X[obs], d.y[obs], plan.X_pred[pred], band, Zg))
@@ -1294,7 +1410,9 @@ def _report(
     N, D = d.X.shape
     lines = [
         f"bayes-rbfn fit: {plan.model} model, {plan.kernel} kernel"
-        + ("" if plan.Z is None else f", M = {plan.Z.shape[0]} inducing inputs"),
+        + ("" if plan.Z is None else f", M = {plan.Z.shape[0]} inducing inputs")
+        + ("" if plan.likelihood == "gaussian" else f", {plan.likelihood} likelihood")
+        + ("" if plan.mean == "constant" else f", mean {plan.mean}"),
         f"Data: {plan.source} — {d.description}",
         f"      N = {N:,} observations, {D} input(s) ({', '.join(d.x_names)}), target {d.y_name}"
         + (f", {d.num_groups} groups" if d.group is not None else ""),
@@ -1334,13 +1452,20 @@ def _report(
         )
     if results.loo_note:
         lines.append(results.loo_note)
+    band = results.band.quantity
+    if band != "y*":
+        lines.append(
+            f"The bands in predictive.png and predictions.csv are of {band} of {d.y_name} given the latent "
+            "f (lower/upper, mean, sd_f); sd_y is the sd of a new observation. Posterior predictive "
+            "replicates of y are in inference.nc (posterior_predictive)."
+        )
     lines += ["", f"Results in {plan.out}{os.sep}:"]
     descriptions = {
-        "inference.nc": "ArviZ InferenceData (posterior, sample_stats, log_likelihood, predictions, ...)",
+        "inference.nc": "ArviZ InferenceData (posterior, posterior_predictive, log_likelihood, …)",
         "summary.csv": "hyperparameter summary (mean, sd, HDI, ESS, r_hat)",
         "trace.png": "MCMC trace plots",
         "rank.png": "rank plots (chain mixing)",
-        "predictive.png": "posterior predictive: mean, 50% and 95% intervals of y*, inducing inputs",
+        "predictive.png": f"posterior predictive: mean, 50% and 95% intervals of {band}, inducing inputs",
         "predictions.csv": "the predictive at the prediction inputs (mean, sd, interval bounds)",
         "report.txt": "this report",
     }

@@ -247,7 +247,7 @@ def variance_collapse(
     spec, config, data, params = rebuild(idata)
     if spec.grouped or "Z" not in data:
         raise ValueError(f"idata: the {spec.name!r} model has no (shared) inducing inputs to check")
-    X_eval = idata.constant_data["X_pred"].values if X_test is None else X_test
+    X_eval = idata.predictions_constant_data["X_pred"].values if X_test is None else X_test
     warn = spec.name in VARIANCE_COLLAPSE_MODELS if warn is None else warn
     return collapse_check(
         config, data["Z"], params, X_eval, model=spec.name, threshold=threshold, warn=bool(warn)
@@ -293,7 +293,7 @@ def predictive_bands(idata: Any, X_test: Any = None) -> Bands:
     if spec.grouped:
         raise ValueError("idata: predictive_bands does not handle grouped models; use bayes_rbfn.predict")
     if X_test is None:
-        X = np.asarray(idata.constant_data["X_pred"].values)
+        X = np.asarray(idata.predictions_constant_data["X_pred"].values)
         f_mean = np.asarray(idata.predictions["f_mean"].values)
         f_var = np.asarray(idata.predictions["f_var"].values)
     else:

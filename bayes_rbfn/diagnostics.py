@@ -61,7 +61,8 @@ def check_convergence(idata: Any, var_names: list[str] | None = None) -> Converg
     """Compute the worst r_hat / ESS over ``var_names`` (default: all posterior variables) and the
     number of divergences in ``sample_stats``."""
     post = idata.posterior
-    names = var_names or [v for v in post.data_vars if not v.endswith("_raw") and v != "weights"]
+    # Hyperparameters by default, not the RBFN layer's M weights (whitened ``*_v``, ``*_alpha``).
+    names = var_names or [v for v in post.data_vars if "inducing" not in post[v].dims]
     names = [n for n in names if n in post.data_vars] or list(post.data_vars)
     chains, draws = post.sizes["chain"], post.sizes["draw"]
     with warnings.catch_warnings():

@@ -17,6 +17,7 @@ import json
 import os
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import arviz as az
@@ -39,10 +40,13 @@ from bayes_rbfn.runtime import single_threaded_blas
 __all__ = [
     "DEFAULT_NUM_INDUCING",
     "INITS",
+    "GenerativeModel",
+    "build_model",
     "default_num_inducing",
     "fit",
     "laplace_start",
     "posterior_params",
+    "prior_predictive",
     "rebuild",
 ]
 
@@ -263,6 +267,173 @@ def _map_draws(fn: Any, params: Mapping[str, Any], per_draw_elements: int, data:
     return result.reshape(chains, draws, *result.shape[1:])
 
 
+@dataclass(frozen=True, eq=False)
+class GenerativeModel:
+    """A model of the collection bound to its data: exactly what :func:`fit` samples, as a NumPyro model.
+
+    ``model(data, prior_values)`` is a plain NumPyro model ending in the observed site ``y``; ``args`` are
+    its arguments with the data's y, ``prior_args`` the same with y = None, so that::
+
+        gm = bayes_rbfn.build_model("sor", X, y)
+        prior = numpyro.infer.Predictive(gm.model, num_samples=500)(key, *gm.prior_args)  # prior predictive
+        mcmc = numpyro.infer.MCMC(numpyro.infer.NUTS(gm.model), num_warmup=500, num_samples=500)
+        mcmc.run(key, *gm.args)
+        post = numpyro.infer.Predictive(gm.model, mcmc.get_samples())(key, *gm.prior_args)  # posterior pred.
+
+    The priors' numeric parameters (which adapt to the data's scales) are an argument, not constants, so
+    that data of the same shapes give the same compiled program.
+
+    Attributes:
+        spec, config: the model of the collection and its settings. data: the model's data dict (the
+        padded layout for ``grouped``). extras: what the predictive needs besides (group codes).
+        X, y, Z, X_pred: the checked arrays.
+    """
+
+    spec: ModelSpec
+    config: ModelConfig
+    data: dict
+    extras: dict
+    X: Any
+    y: Any
+    Z: Any
+    X_pred: Any
+
+    def model(self, data: dict, prior_values: dict) -> None:
+        """The NumPyro model (see the class docstring)."""
+        config = dataclasses.replace(self.config, priors=_with_values(self.config.priors, prior_values))
+        self.spec.model(data, config)
+
+    @property
+    def args(self) -> tuple[dict, dict]:
+        """(data, prior parameters): the arguments of :meth:`model` conditioned on the observed y."""
+        return self.data, _numeric_values(self.config.priors)
+
+    @property
+    def prior_args(self) -> tuple[dict, dict]:
+        """The arguments of :meth:`model` with y = None: ``Predictive`` then simulates y."""
+        return {**self.data, "y": None}, _numeric_values(self.config.priors)
+
+
+def build_model(
+    model: str | ModelSpec,
+    X: Any,
+    y: Any,
+    *,
+    Z: Any = None,
+    num_inducing: int | None = None,
+    kernel: Any = "se",
+    priors: Mapping[str, Any] | None = None,
+    fixed: Mapping[str, Any] | None = None,
+    noise: float | None = None,
+    hyperprior: bool = False,
+    likelihood: str = "gaussian",
+    mean: Any = "constant",
+    group: Any = None,
+    group_pred: Any = None,
+    inducing_method: str = "kmeans",
+    jitter: float | None = None,
+    X_pred: Any = None,
+    seed: int = 0,
+    _mesh_for: tuple = (False, 1, None),
+) -> GenerativeModel:
+    """The model :func:`fit` samples, bound to the data, for NumPyro's own tools (``Predictive``, ``MCMC``).
+
+    Takes the model-defining arguments of :func:`fit` (same meanings, same checks) and returns a
+    :class:`GenerativeModel`. ``y`` sets the default priors' scales and the constant mean; it is the
+    observed value in ``args``.
+    """
+    spec = get_model(model)
+    X = check_X(X, "X")
+    y = check_y(y, X.shape[0])
+    lik = get_likelihood(likelihood)
+    if lik.name not in spec.likelihoods:
+        raise ValueError(
+            f"likelihood: the {spec.name!r} model takes only the {' or '.join(map(repr, spec.likelihoods))} "
+            f"likelihood (its weights are marginalised analytically); use model='rbfn' for {lik.name!r}"
+        )
+    lik.check(np.asarray(y))
+    mean_kind, offset = _resolve_mean(mean, spec, lik, np.asarray(y))
+    if spec.family is not None:
+        # The model brings its own hyperparameters (e.g. blr's α, β); a kernel choice would be ignored.
+        if not (isinstance(kernel, str) and kernel == "se"):
+            raise ValueError(f"kernel: the {spec.name!r} model has no kernel to choose (got {kernel!r})")
+        family = spec.family
+    else:
+        family = get_family(kernel)
+    fixed = dict(fixed or {})
+    if noise is not None:
+        fixed["noise"] = check_positive(noise, "noise")
+    for name, value in fixed.items():
+        fixed[name] = jnp.asarray(check_positive(value, f"fixed[{name!r}]") if np.ndim(value) == 0 else value)
+    scales = data_scales(X, y)
+    defaults = _default_priors(spec, family, lik, scales, mean_kind, offset)
+    resolved_priors = _resolve_priors(defaults, priors, fixed)
+    shard, chains, chain_method = _mesh_for
+    mesh = _data_mesh(shard, spec, chains, chain_method)
+    config = ModelConfig(
+        family=family,
+        priors=resolved_priors,
+        fixed=fixed,
+        hyperprior=hyperprior,
+        jitter=jitter,
+        mesh=mesh,
+        likelihood=lik,
+        mean=mean_kind,
+    )
+    if spec.uses_inducing:
+        if Z is None:
+            M = default_num_inducing(X) if num_inducing is None else num_inducing
+            Z = select_inducing(X, M, method=inducing_method, seed=seed, kernel=family.fixed_kernel)
+        if np.ndim(Z) == 3 and spec.grouped:
+            Z = jnp.asarray(
+                np.stack([np.asarray(check_Z(z, X, f"Z[{g}]")) for g, z in enumerate(Z)]), X.dtype
+            )
+        else:
+            Z = jnp.asarray(check_Z(Z, X), dtype=X.dtype)
+    X_pred = X if X_pred is None else check_X(X_pred, "X_pred", dim=X.shape[1])
+    # The grouped model's constant mean is each group's own mean.
+    group_offset = "mean" if isinstance(mean, str) and mean == "constant" else offset
+    data, extras = _prepare(spec, X, y, Z, offset, group_offset, group, group_pred, X_pred)
+    if mesh is not None:
+        from bayes_rbfn.parallel import shard_data
+
+        data = shard_data(data, mesh)
+    return GenerativeModel(spec=spec, config=config, data=data, extras=extras, X=X, y=y, Z=Z, X_pred=X_pred)
+
+
+def prior_predictive(
+    model: str | ModelSpec, X: Any, y: Any, *, num_samples: int = 500, seed: int = 0, **options: Any
+) -> az.InferenceData:
+    """Prior predictive check: draws of the parameters and of y from the prior of the model :func:`fit` runs.
+
+    Args:
+        model, X, y, **options: as :func:`build_model` (the model-defining arguments of :func:`fit`);
+            y is only the observed data the simulations are compared with (and sets the default priors).
+        num_samples: prior draws. seed: PRNG seed.
+
+    Returns:
+        InferenceData with groups ``prior`` (the parameters), ``prior_predictive`` (y, dims obs) and
+        ``observed_data``, so ``az.plot_ppc(idata, group="prior")`` works.
+    """
+    from numpyro.infer import Predictive
+
+    num_samples = _positive_int(num_samples, "num_samples")
+    problem = build_model(model, X, y, seed=seed, **options)
+    draws = Predictive(problem.model, num_samples=num_samples)(jax.random.PRNGKey(seed), *problem.prior_args)
+    draws = {k: np.asarray(v)[None] for k, v in draws.items() if k not in problem.spec.unstored_sites}
+    y_sim = draws.pop("y")
+    if problem.spec.grouped:
+        y_sim = y_sim.reshape(1, num_samples, -1)[..., problem.extras["obs_index"]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return az.from_dict(
+            prior=draws,
+            prior_predictive={"y": y_sim},
+            observed_data={"y": np.asarray(problem.y)},
+            dims={"y": ["obs"]},
+        )
+
+
 def fit(
     model: str | ModelSpec,
     X: Any,
@@ -362,17 +533,6 @@ def fit(
         density of a factorised likelihood), posterior_predictive (y), predictions (f_mean, f_var of the
         latent f, on the link scale) and predictions_constant_data (X_pred).
     """
-    spec = get_model(model)
-    X = check_X(X, "X")
-    y = check_y(y, X.shape[0])
-    lik = get_likelihood(likelihood)
-    if lik.name not in spec.likelihoods:
-        raise ValueError(
-            f"likelihood: the {spec.name!r} model takes only the {' or '.join(map(repr, spec.likelihoods))} "
-            f"likelihood (its weights are marginalised analytically); use model='rbfn' for {lik.name!r}"
-        )
-    lik.check(np.asarray(y))
-    mean_kind, offset = _resolve_mean(mean, spec, lik, np.asarray(y))
     if posterior_predictive is not None:
         posterior_predictive = _non_negative_int(posterior_predictive, "posterior_predictive")
     chains = _positive_int(chains, "chains")
@@ -380,60 +540,34 @@ def fit(
     warmup = _positive_int(warmup, "warmup")
     if init not in INITS:
         raise ValueError(f"init: expected one of {', '.join(INITS)}, got {init!r}")
-    if spec.family is not None:
-        # The model brings its own hyperparameters (e.g. blr's α, β); a kernel choice would be ignored.
-        if not (isinstance(kernel, str) and kernel == "se"):
-            raise ValueError(f"kernel: the {spec.name!r} model has no kernel to choose (got {kernel!r})")
-        family = spec.family
-    else:
-        family = get_family(kernel)
-    fixed = dict(fixed or {})
-    if noise is not None:
-        fixed["noise"] = check_positive(noise, "noise")
-    for name, value in fixed.items():
-        fixed[name] = jnp.asarray(check_positive(value, f"fixed[{name!r}]") if np.ndim(value) == 0 else value)
-    scales = data_scales(X, y)
-    defaults = _default_priors(spec, family, lik, scales, mean_kind, offset)
-    resolved_priors = _resolve_priors(defaults, priors, fixed)
-    mesh = _data_mesh(shard, spec, chains, chain_method)
-    config = ModelConfig(
-        family=family,
-        priors=resolved_priors,
+    problem = build_model(
+        model,
+        X,
+        y,
+        Z=Z,
+        num_inducing=num_inducing,
+        kernel=kernel,
+        priors=priors,
         fixed=fixed,
+        noise=noise,
         hyperprior=hyperprior,
+        likelihood=likelihood,
+        mean=mean,
+        group=group,
+        group_pred=group_pred,
+        inducing_method=inducing_method,
         jitter=jitter,
-        mesh=mesh,
-        likelihood=lik,
-        mean=mean_kind,
+        X_pred=X_pred,
+        seed=seed,
+        _mesh_for=(shard, chains, chain_method),
     )
-
-    if spec.uses_inducing:
-        if Z is None:
-            M = default_num_inducing(X) if num_inducing is None else num_inducing
-            Z = select_inducing(X, M, method=inducing_method, seed=seed, kernel=family.fixed_kernel)
-        if np.ndim(Z) == 3 and spec.grouped:
-            Z = jnp.asarray(
-                np.stack([np.asarray(check_Z(z, X, f"Z[{g}]")) for g, z in enumerate(Z)]), X.dtype
-            )
-        else:
-            Z = jnp.asarray(check_Z(Z, X), dtype=X.dtype)
-    X_pred = X if X_pred is None else check_X(X_pred, "X_pred", dim=X.shape[1])
+    spec, config, data, extras = problem.spec, problem.config, problem.data, problem.extras
+    X, y, Z, X_pred = problem.X, problem.y, problem.Z, problem.X_pred
+    family, fixed = config.family, config.fixed
     _check_coords(coords, {"obs": X.shape[0], "input_dim": X.shape[1], "point": X_pred.shape[0]})
-    # The grouped model's constant mean is each group's own mean.
-    group_offset = "mean" if isinstance(mean, str) and mean == "constant" else offset
-    data, extras = _prepare(spec, X, y, Z, offset, group_offset, group, group_pred, X_pred)
-    if mesh is not None:
-        from bayes_rbfn.parallel import shard_data
-
-        data = shard_data(data, mesh)
+    if config.mesh is not None:
         chain_method = chain_method or "sequential"
-
-    def bound_model(data: dict, prior_values: dict) -> None:
-        # The priors' parameters (which depend on the data's scales) are arguments too, so that data of
-        # the same shapes give the same compiled program.
-        spec.model(data, dataclasses.replace(config, priors=_with_values(config.priors, prior_values)))
-
-    model_args = (data, _numeric_values(config.priors))
+    bound_model, model_args = problem.model, problem.args
     init_strategy, inverse_mass_matrix = init_to_median(num_samples=15), None
     if init == "map":
         try:

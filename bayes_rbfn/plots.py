@@ -44,10 +44,13 @@ class Band:
     Attributes:
         mean: (S,) predictive mean.
         intervals: {probability mass: (lower (S,), upper (S,))}, e.g. {0.5: …, 0.95: …}.
+        quantity: what the intervals are of, for the legends: ``"y*"`` (a new observation, the default),
+            or for a count or 0/1 likelihood ``"the rate"`` / ``"the probability"`` (the mean of y given f).
     """
 
     mean: np.ndarray
     intervals: Mapping[float, tuple[np.ndarray, np.ndarray]]
+    quantity: str = "y*"
 
 
 def _save(fig: Figure, path: str | os.PathLike[str]) -> None:
@@ -127,7 +130,7 @@ def _legend_handles(band: Band, with_z: bool) -> list[Any]:
     handles: list[Any] = [Line2D([], [], **_DATA_STYLE, label="data"), Line2D([], [], color=_MEAN_COLOR)]
     handles[1].set_label("predictive mean")
     for mass, alpha in zip(sorted(band.intervals, reverse=True), (0.18, 0.32, 0.45), strict=False):
-        handles.append(Patch(color=_MEAN_COLOR, alpha=alpha, label=f"{mass:.0%} interval of y*"))
+        handles.append(Patch(color=_MEAN_COLOR, alpha=alpha, label=f"{mass:.0%} interval of {band.quantity}"))
     if with_z:
         handles.append(
             Line2D(
@@ -211,7 +214,9 @@ def plot_predictive_1d(
 
 def _subset(band: Band, mask: np.ndarray) -> Band:
     return Band(
-        mean=band.mean[mask], intervals={k: (lo[mask], hi[mask]) for k, (lo, hi) in band.intervals.items()}
+        mean=band.mean[mask],
+        intervals={k: (lo[mask], hi[mask]) for k, (lo, hi) in band.intervals.items()},
+        quantity=band.quantity,
     )
 
 
@@ -284,7 +289,7 @@ def plot_predicted_vs_observed(
     left.plot(span, span, color="0.4", lw=0.8, ls="--")
     left.set_xlabel(f"observed {y_label}")
     left.set_ylabel(f"predicted {y_label}")
-    left.set_title(f"Predicted vs observed (bars: {max(band.intervals):.0%} interval of y*)")
+    left.set_title(f"Predicted vs observed (bars: {max(band.intervals):.0%} interval of {band.quantity})")
 
     x0 = np.asarray(X)[:, 0]
     right.plot(x0, y, **_DATA_STYLE, label="data")

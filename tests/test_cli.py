@@ -80,8 +80,8 @@ def check_contract(out: Path, *, D: int, inducing: bool = True) -> az.InferenceD
         assert name in post.data_vars
     assert "diverging" in idata.sample_stats
     assert "y" in idata.observed_data
-    cd = idata.constant_data
-    assert cd["X"].shape[1] == D and cd["X_pred"].shape[1] == D
+    cd, pcd = idata.constant_data, idata.predictions_constant_data
+    assert cd["X"].shape[1] == D and pcd["X_pred"].shape[1] == D
     assert ("Z" in cd) == inducing
     N = idata.observed_data["y"].size
     chains, draws = post.sizes["chain"], post.sizes["draw"]
@@ -89,7 +89,7 @@ def check_contract(out: Path, *, D: int, inducing: bool = True) -> az.InferenceD
     for name in ("f_mean", "f_var"):
         da = idata.predictions[name]
         assert da.dims == ("chain", "draw", "point")
-        assert da.shape == (chains, draws, cd["X_pred"].shape[0])
+        assert da.shape == (chains, draws, pcd["X_pred"].shape[0])
         assert np.all(np.isfinite(da.values))
     assert np.all(idata.predictions["f_var"].values >= 0)
 
@@ -107,7 +107,7 @@ def dense_sor_predictive(idata: az.InferenceData, chain: int, draw: int) -> tupl
     condition (y − c, f* − c) ~ N(0, [[Q_ff + σ²I, Q_f*], [Q_*f, Q_**]]) on y, c the stored y_offset."""
     post = idata.posterior
     cd = idata.constant_data
-    X, Z, Xs = cd["X"].values, cd["Z"].values, cd["X_pred"].values
+    X, Z, Xs = cd["X"].values, cd["Z"].values, idata.predictions_constant_data["X_pred"].values
     y = idata.observed_data["y"].values
     c = cd["y_offset"].values.item()  # stored as a length-1 array
     spec = {
@@ -154,7 +154,7 @@ def test_fit_packaged_dataset_writes_the_contract(snelson_run):
     assert idata.posterior.sizes["chain"] == 2 and idata.posterior.sizes["draw"] == 40
     # The predictive reaches past the end of the data (default: 10% of the input range).
     X = idata.constant_data["X"].values[:, 0]
-    X_pred = idata.constant_data["X_pred"].values[:, 0]
+    X_pred = idata.predictions_constant_data["X_pred"].values[:, 0]
     assert X_pred.min() == pytest.approx(X.min())
     assert X_pred.max() == pytest.approx(X.max() + 0.1 * np.ptp(X))
     assert "bayes-rbfn fit --dataset snelson" in idata.posterior.attrs["bayes_rbfn_command"]
@@ -178,7 +178,7 @@ def test_fit_packaged_dataset_predictions_csv_and_report(snelson_run):
         "upper95",
         "beyond_data",
     ]
-    assert len(table) == idata.constant_data["X_pred"].shape[0]
+    assert len(table) == idata.predictions_constant_data["X_pred"].shape[0]
     # Mixture mean of the stored per-draw means; intervals nested around it; sd_y > sd_f (noise).
     np.testing.assert_allclose(
         table["mean"], idata.predictions["f_mean"].values.mean(axis=(0, 1)), rtol=1e-10
@@ -282,7 +282,7 @@ def test_fit_csv_in_a_subprocess(tmp_path):
     assert idata.observed_data["y"].size == 58
     assert idata.posterior["lengthscale"].shape[-1] == 2  # ARD: one lengthscale per input
     # Several inputs: the prediction inputs are the training inputs.
-    np.testing.assert_array_equal(idata.constant_data["X_pred"].values, idata.constant_data["X"].values)
+    np.testing.assert_array_equal(idata.predictions_constant_data["X_pred"].values, idata.constant_data["X"].values)
     check_stored_predictive(idata)
 
 
@@ -343,7 +343,7 @@ def test_main_job_defaults_on_co2(tmp_path, capsys):
     assert "seasonal_variance" in idata.posterior and "medium_lengthscale" in idata.posterior
     co2 = load_dataset("co2")
     assert idata.observed_data["y"].size == co2.y.size
-    assert idata.constant_data["X_pred"].values.max() > co2.X.max() + 4.0  # years past the end
+    assert idata.predictions_constant_data["X_pred"].values.max() > co2.X.max() + 4.0  # years past the end
     assert "co2_ppmv" in stdout
 
 

@@ -66,7 +66,7 @@ def test_compare_elpd_test_matches_an_independent_recomputation(comparison_run):
     for model in MODELS:
         idata = az.from_netcdf(out / f"inference_{model}.nc")
         X_train = idata.constant_data["X"].values
-        X_pred = idata.constant_data["X_pred"].values[:, 0]
+        X_pred = idata.predictions_constant_data["X_pred"].values[:, 0]
         train = {float(x) for x in X_train[:, 0]}
         held_out = np.array([x not in train for x in data.X[:, 0]])
         assert held_out.sum() == round(0.25 * data.X.shape[0])

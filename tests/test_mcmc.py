@@ -75,7 +75,7 @@ def weights_only_fit():
         Z=Z8,
         kernel=kernel,
         noise=0.2,
-        y_offset=0.0,
+        mean=0.0,
         chains=2,
         draws=2000,
         warmup=500,
@@ -91,8 +91,8 @@ def weights_only_fit():
 
 def test_weights_only_fit_converged(weights_only_fit):
     idata, _, _ = weights_only_fit
-    assert set(idata.posterior.data_vars) == {"weights_raw", "weights"}
-    assert_converged(idata, ["weights_raw"], min_ess=500)
+    assert set(idata.posterior.data_vars) == {"f_v", "f_alpha"}
+    assert_converged(idata, ["f_v"], min_ess=500)
 
 
 @pytest.mark.parametrize("point", range(len(X_TEST)), ids=[f"x={x:g}" for x in X_TEST])
@@ -114,6 +114,22 @@ def test_rbfn_weight_draws_match_sor_covariance(weights_only_fit, pair):
     f = idata.predictions["f_mean"].values
     products = (f[..., i] - mean[i]) * (f[..., j] - mean[j])
     assert_within_mcse(products, cov[i, j], f"Cov[f*] at ({X_TEST[i]}, {X_TEST[j]})")
+
+
+def test_posterior_predictive_replicates_match_the_sor_predictive_of_y(weights_only_fit):
+    """posterior_predictive y_rep = f(α) + σε at the training inputs, α the NUTS draws: its mean is the
+    SoR predictive mean at X and E[(y_rep − mean)²] its variance diag(cov) + σ² (dense NumPy), per point
+    within 4 MCSE of the replicate series."""
+    idata, _, _ = weights_only_fit
+    X, y = _data()
+    spec = {"kind": "se", "lengthscale": 0.8, "variance": 1.0}
+    Kfu, Kuu = ref.gram(spec, X, Z8), ref.jittered(ref.gram(spec, Z8), JITTER)
+    mean, cov = ref.sor_function_space(Kfu, Kuu, Kfu, y, 0.2)
+    y_rep = idata.posterior_predictive["y"].values
+    assert y_rep.shape[:2] == (2, 1000)  # 2,000 draws per chain, thinned to the default 1,000
+    for i in range(0, len(y), 7):
+        assert_within_mcse(y_rep[..., i], mean[i], f"E[y_rep] at x={X[i]:.3g}")
+        assert_within_mcse((y_rep[..., i] - mean[i]) ** 2, cov[i, i] + 0.04, f"Var[y_rep] at x={X[i]:.3g}")
 
 
 def test_rbfn_stored_variance_is_zero_given_weights(weights_only_fit):
@@ -271,22 +287,40 @@ def test_inference_data_contract(full_fits):
     _, y, sor, _ = full_fits
     assert set(sor.groups()) == {
         "posterior",
+        "posterior_predictive",
         "sample_stats",
         "observed_data",
         "constant_data",
         "log_likelihood",
         "predictions",
+        "predictions_constant_data",
     }
     assert {"lengthscale", "variance", "noise"} <= set(sor.posterior.data_vars)
     assert set(sor.predictions.data_vars) == {"f_mean", "f_var"}
     assert sor.predictions["f_mean"].dims == ("chain", "draw", "point")
-    assert {"X", "Z", "X_pred"} <= set(sor.constant_data.data_vars)
+    assert {"X", "Z", "y_offset"} <= set(sor.constant_data.data_vars)
+    assert set(sor.predictions_constant_data.data_vars) == {"X_pred"}
+    assert sor.posterior_predictive["y"].shape == (2, 1000, len(y))
     assert sor.log_likelihood["y"].shape == (2, 1000, len(y))
     np.testing.assert_array_equal(sor.observed_data["y"].values, y)
     np.testing.assert_array_equal(sor.constant_data["Z"].values[:, 0], Z8)
     assert "diverging" in sor.sample_stats
     loo = az.loo(sor)
     assert np.isfinite(loo.elpd_loo)
+
+
+def test_plot_ppc_and_loo_pit_work_on_a_fit(full_fits):
+    """ArviZ's posterior predictive checks run on fit()'s result without glue."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    _, y, sor, _ = full_fits
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        az.plot_ppc(sor, num_pp_samples=50)
+        pit = az.loo_pit(sor, y="y")
+    matplotlib.pyplot.close("all")
+    assert pit.shape == (len(y),) and np.all((pit >= 0) & (pit <= 1))
 
 
 def test_predict_from_file_equals_stored_predictions(full_fits, tmp_path):
