@@ -760,6 +760,7 @@ def _keep_groups(data: Dataset, max_groups: int | None) -> Dataset:
         group_names=tuple(data.group_names[i] for i in picks),
         dropped=data.dropped,
         notes=(data.notes + " " + note).strip(),
+        likelihood=data.likelihood,
     )
 
 
@@ -834,6 +835,7 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
             X_test=data.X_test,
             dropped=data.dropped,
             notes=data.notes,
+            likelihood=data.likelihood,
         )
     kernel = args.kernel or DATASET_KERNELS.get(data.name if args.data is None else "", DEFAULT_KERNEL)
 
@@ -1442,7 +1444,12 @@ def _report(
         lines.append(
             f"Variance collapse: at {results.collapsed} of {S} prediction inputs the {plan.model} predictive "
             "keeps less than half of the prior variance (they are far from the inducing inputs), so its "
-            "bands there are too narrow; --model dtc or fitc keeps the prior variance."
+            "bands there are too narrow; "
+            + (
+                "--model dtc or fitc keeps the prior variance."
+                if plan.likelihood == "gaussian"
+                else "add inducing inputs there (--num-inducing): only rbfn takes this likelihood."
+            )
         )
     if results.loo is not None:
         loo = results.loo

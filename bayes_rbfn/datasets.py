@@ -1,6 +1,6 @@
 """Packaged real data sets, read from the installed package (nothing is downloaded).
 
-Three small public data sets ship in ``bayes_rbfn/data/`` (provenance and licences in its README.md):
+Five small public data sets ship in ``bayes_rbfn/data/`` (provenance and licences in its README.md):
 
 - ``"co2"`` — Mauna Loa weekly atmospheric CO2, 1958–2001: the classic GP example (Rasmussen &
   Williams §5.4.3).
@@ -8,6 +8,9 @@ Three small public data sets ship in ``bayes_rbfn/data/`` (provenance and licenc
   outside the training inputs, where SoR's predictive variance collapses (DESIGN §3.4).
 - ``"fertility"`` — World Bank total fertility rate by country and year: a grouped (panel) data set for
   the hierarchical models.
+- ``"coal"`` — British coal-mining disasters per year, 1851–1961: counts, for the Poisson likelihood.
+- ``"breast_cancer"`` — Breast Cancer Wisconsin (Diagnostic), as distributed by scikit-learn: 0/1
+  labels (1 = malignant), for the Bernoulli likelihood.
 
 Every loader returns a :class:`Dataset` holding float64 arrays in the units of the file, and states in
 ``Dataset.notes`` what it dropped and why.
@@ -56,6 +59,9 @@ class Dataset:
         X_test: (S, D) prediction inputs supplied with the data set, or None.
         dropped: number of rows removed while cleaning (missing or non-finite values, aggregates, …).
         notes: what was dropped and why, in plain words ("" when nothing was).
+        likelihood: the observation model the data call for (:mod:`bayes_rbfn.models.likelihoods`):
+            ``"gaussian"``, or ``"poisson"`` for counts (``coal``) and ``"bernoulli"`` for 0/1 labels
+            (``breast_cancer``); the CLI's default ``--likelihood``.
     """
 
     name: str
@@ -69,6 +75,7 @@ class Dataset:
     X_test: np.ndarray | None = None
     dropped: int = 0
     notes: str = ""
+    likelihood: str = "gaussian"
 
     def __post_init__(self) -> None:
         X = _frozen_array(self.X, np.float64)
@@ -366,6 +373,57 @@ def _select_countries(
 
 
 # --------------------------------------------------------------------------------------------------
+# coal, breast_cancer
+
+
+def _load_coal() -> Dataset:
+    with _open_data("coal/coal_disasters.csv") as fh:
+        frame = pd.read_csv(fh)
+    return Dataset(
+        name="coal",
+        X=frame["year"].to_numpy(dtype=np.float64)[:, None],
+        y=frame["disasters"].to_numpy(dtype=np.float64),
+        x_names=("year",),
+        y_name="disasters",
+        description="British coal-mining disasters (explosions killing ten or more) per year, 1851–1961",
+        likelihood="poisson",
+    )
+
+
+#: The features of ``load_dataset("breast_cancer")`` by default: two inputs, for plots and a small network.
+BREAST_CANCER_FEATURES = ("mean radius", "mean texture")
+
+
+def _load_breast_cancer(features: Sequence[str] | str = BREAST_CANCER_FEATURES) -> Dataset:
+    with _open_data("breast_cancer/feature_names.csv") as fh:
+        names = list(pd.read_csv(fh)["feature"])
+    with _open_data("breast_cancer/breast_cancer.csv") as fh:
+        # The first line is scikit-learn's header (rows, features, class names), not column names.
+        frame = pd.read_csv(fh, header=None, skiprows=1, names=[*names, "class"])
+    if isinstance(features, str):
+        features = names if features == "all" else [features]
+    features = list(features)
+    unknown = [f for f in features if f not in names]
+    if unknown or not features:
+        close = difflib.get_close_matches(unknown[0], names, n=3) if unknown else []
+        hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+        raise ValueError(
+            f"features: unknown feature(s) {', '.join(map(repr, unknown)) or '(none given)'}{hint}; "
+            f"choose from the 30 names of scikit-learn's load_breast_cancer, or 'all'"
+        )
+    return Dataset(
+        name="breast_cancer",
+        X=frame[features].to_numpy(dtype=np.float64),
+        # scikit-learn codes 0 = malignant, 1 = benign; here 1 marks the malignant masses.
+        y=(frame["class"].to_numpy() == 0).astype(np.float64),
+        x_names=tuple(features),
+        y_name="malignant",
+        description="Breast Cancer Wisconsin (Diagnostic): 569 masses, y = 1 malignant, 0 benign",
+        likelihood="bernoulli",
+    )
+
+
+# --------------------------------------------------------------------------------------------------
 # Registry
 
 _LOADERS: dict[str, tuple[Callable[..., Dataset], str]] = {
@@ -379,6 +437,12 @@ _LOADERS: dict[str, tuple[Callable[..., Dataset], str]] = {
         "World Bank fertility rate by country 1960–2013 (grouped/panel); "
         "options countries, max_groups, min_years",
     ),
+    "coal": (_load_coal, "British coal-mining disasters per year 1851–1961 (counts; Poisson by default)"),
+    "breast_cancer": (
+        _load_breast_cancer,
+        "Breast Cancer Wisconsin, 569 masses, y = 1 malignant (0/1 labels; Bernoulli by default); "
+        "option features",
+    ),
 }
 
 
@@ -391,9 +455,11 @@ def load_dataset(name: str, **options: Any) -> Dataset:
     """Load a packaged data set by name.
 
     Args:
-        name: one of :func:`list_datasets` (``"co2"``, ``"snelson"``, ``"fertility"``).
+        name: one of :func:`list_datasets` (``"co2"``, ``"snelson"``, ``"fertility"``, ``"coal"``,
+            ``"breast_cancer"``).
         **options: data-set specific options; ``"fertility"`` takes ``countries`` (list of codes or
-            names), ``max_groups`` and ``min_years``. The others take none.
+            names), ``max_groups`` and ``min_years``; ``"breast_cancer"`` takes ``features`` (column
+            names of scikit-learn's ``load_breast_cancer``, or ``"all"``). The others take none.
 
     Returns:
         The :class:`Dataset`, float64 arrays in the file's units.

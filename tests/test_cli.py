@@ -282,7 +282,9 @@ def test_fit_csv_in_a_subprocess(tmp_path):
     assert idata.observed_data["y"].size == 58
     assert idata.posterior["lengthscale"].shape[-1] == 2  # ARD: one lengthscale per input
     # Several inputs: the prediction inputs are the training inputs.
-    np.testing.assert_array_equal(idata.predictions_constant_data["X_pred"].values, idata.constant_data["X"].values)
+    np.testing.assert_array_equal(
+        idata.predictions_constant_data["X_pred"].values, idata.constant_data["X"].values
+    )
     check_stored_predictive(idata)
 
 
@@ -345,6 +347,42 @@ def test_main_job_defaults_on_co2(tmp_path, capsys):
     assert idata.observed_data["y"].size == co2.y.size
     assert idata.predictions_constant_data["X_pred"].values.max() > co2.X.max() + 4.0  # years past the end
     assert "co2_ppmv" in stdout
+
+
+def test_coal_counts_default_to_a_poisson_rbfn_whose_band_is_the_rate(tmp_path, capsys):
+    """`fit --dataset coal` takes the data set's likelihood (poisson) and the weight-space model; the band
+    in predictions.csv is of the rate exp f, each draw's f* = c + K_*u α recomputed densely from the stored
+    weights and hyperparameters; replicates of y are counts; the input dimension carries its column name."""
+    out = tmp_path / "coal"
+    argv = ["fit", "--dataset", "coal", "--num-inducing", "8", "--no-plots", *SMALL, "--out", out]
+    status, _, stderr = run_cli(argv, capsys)
+    assert status == 0, stderr
+    idata = az.from_netcdf(out / "inference.nc")
+    attrs = idata.posterior.attrs
+    assert attrs["bayes_rbfn_model"] == "rbfn" and attrs["bayes_rbfn_likelihood"] == "poisson"
+    assert list(idata.constant_data["X"].coords["input_dim"].values) == ["year"]
+    y_rep = idata.posterior_predictive["y"].values
+    assert np.all(y_rep >= 0) and np.all(y_rep == np.round(y_rep))
+    post, cd = idata.posterior, idata.constant_data
+    X, Z, Xs = cd["X"].values, cd["Z"].values, idata.predictions_constant_data["X_pred"].values
+    c = cd["y_offset"].values.item()
+    rates = []
+    for chain in range(post.sizes["chain"]):
+        for draw in range(post.sizes["draw"]):
+            spec = {
+                "kind": "se",
+                "lengthscale": post["lengthscale"].values[chain, draw],
+                "variance": post["variance"].values[chain, draw],
+            }
+            rates.append(np.exp(c + gram(spec, Xs, Z) @ post["f_alpha"].values[chain, draw]))
+    rates = np.array(rates)
+    table = pd.read_csv(out / "predictions.csv")
+    assert_close(table["mean"].to_numpy(), rates.mean(axis=0), rtol=1e-7)
+    assert_close(table["upper95"].to_numpy(), np.quantile(rates, 0.975, axis=0), rtol=1e-7)
+    assert np.all(table["lower95"] > 0)
+    report = (out / "report.txt").read_text()
+    assert "poisson likelihood" in report and "of the rate of disasters" in report
+    assert X.shape == (111, 1)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -334,3 +334,45 @@ def test_bad_input_in_a_subprocess(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("bayes-rbfn: error: ")
     assert "'t'" in lines[0] and "time" in lines[0] and "value" in lines[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data.csv"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Likelihoods and means
+
+
+@pytest.fixture
+def counts_csv(tmp_path):
+    path = tmp_path / "counts.csv"
+    k = [0, 1, 3, -1, 2, 0.5, 4, 1, 0, 2]
+    pd.DataFrame({"t": np.arange(10.0), "y": k}).to_csv(path, index=False)
+    return path
+
+
+@pytest.mark.parametrize(
+    "extra, needles",
+    [
+        (["--likelihood", "poisson"], ["--likelihood: 'poisson' needs y to be counts", "rows 3, 5"]),
+        (
+            ["--likelihood", "bernoulli"],
+            ["--likelihood: 'bernoulli' needs y to be labels 0 or 1", "rows 2, 3"],
+        ),
+        (["--likelihood", "poisson", "--model", "sor"], ["--likelihood poisson needs", "--model rbfn"]),
+        (["--likelihood", "student_t", "--model", "exact"], ["--likelihood student_t needs"]),
+        (["--likelihood", "gamma"], ["--likelihood", "gamma"]),
+        (["--mean", "quadratic"], ["--mean", "quadratic"]),
+        (["--mean", "inf"], ["--mean", "finite"]),
+        (["--mean", "linear", "--model", "blr"], ["--mean linear", "'blr'"]),
+    ],
+    ids=[
+        "negative-fractional-counts",
+        "labels-not-0-1",
+        "poisson-sor",
+        "student-t-exact",
+        "unknown",
+        "unknown-mean",
+        "infinite-mean",
+        "linear-mean-blr",
+    ],
+)
+def test_bad_likelihood_or_mean_is_refused(counts_csv, capsys, tmp_path, extra, needles):
+    refuse(fit_csv(counts_csv, *extra), capsys, tmp_path, *needles)

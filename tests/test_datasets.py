@@ -21,12 +21,12 @@ def raw_fertility() -> pd.DataFrame:
 
 def test_list_datasets_names_and_descriptions():
     listed = list_datasets()
-    assert set(listed) == {"co2", "snelson", "fertility"}
+    assert set(listed) == {"co2", "snelson", "fertility", "coal", "breast_cancer"}
     assert all(isinstance(d, str) and d and "\n" not in d for d in listed.values())
 
 
 def test_unknown_name_lists_valid_ones():
-    with pytest.raises(ValueError, match=r"unknown data set 'mauna'.*co2, fertility, snelson"):
+    with pytest.raises(ValueError, match=r"unknown data set 'mauna'.*breast_cancer, co2, coal, fertility, snelson"):
         load_dataset("mauna")
 
 
@@ -189,3 +189,48 @@ def test_dataset_validates_shapes():
             name="t", X=np.zeros((2, 1)), y=np.zeros(2), x_names=("x",), y_name="y",
             group=np.array([0, 2]), group_names=("a", "b"),
         )  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------------
+# coal, breast_cancer: checked against the raw files read independently
+
+
+def _raw_rows(relative: str) -> list[list[str]]:
+    import csv
+
+    with _raw(relative).open(newline="") as fh:
+        return list(csv.reader(fh))
+
+
+def test_coal_counts():
+    """111 consecutive years 1851–1961, 191 disasters (Jarrett 1979), whole numbers ≥ 0; Poisson."""
+    ds = load_dataset("coal")
+    assert ds.X.shape == (111, 1) and ds.x_names == ("year",) and ds.y_name == "disasters"
+    np.testing.assert_array_equal(ds.X[:, 0], np.arange(1851, 1962))
+    assert ds.y.sum() == 191
+    assert np.all(ds.y >= 0) and np.all(ds.y == np.round(ds.y))
+    rows = _raw_rows("coal/coal_disasters.csv")[1:]
+    np.testing.assert_array_equal(ds.y, [float(r[1]) for r in rows])
+    assert ds.likelihood == "poisson"
+
+
+def test_breast_cancer_labels_and_features():
+    """569 masses, 212 malignant (y = 1; scikit-learn codes them 0), the default two features, first row
+    as in the raw CSV; Bernoulli."""
+    ds = load_dataset("breast_cancer")
+    assert ds.X.shape == (569, 2) and ds.x_names == ("mean radius", "mean texture")
+    assert set(np.unique(ds.y)) == {0.0, 1.0} and ds.y.sum() == 212 and (ds.y == 0).sum() == 357
+    rows = _raw_rows("breast_cancer/breast_cancer.csv")
+    assert rows[0] == ["569", "30", "malignant", "benign"]
+    first = rows[1]
+    np.testing.assert_array_equal(ds.X[0], [float(first[0]), float(first[1])])
+    assert ds.y[0] == (1.0 if first[-1] == "0" else 0.0)
+    full = load_dataset("breast_cancer", features="all")
+    assert full.X.shape == (569, 30)
+    np.testing.assert_array_equal(full.X[0], [float(v) for v in first[:30]])
+    assert ds.likelihood == "bernoulli"
+
+
+def test_breast_cancer_unknown_feature_is_named():
+    with pytest.raises(ValueError, match=r"features: unknown feature\(s\) 'mean radiu'.*did you mean"):
+        load_dataset("breast_cancer", features=["mean radiu"])

@@ -20,13 +20,13 @@ import jax
 import matplotlib
 import numpy as np
 import pytest
+import reference as ref
 import scipy.stats
+from conftest import assert_close
 from numpyro.infer import Predictive
+from stochastic import K_MCSE, record, seed
 
 import bayes_rbfn as br
-import reference as ref
-from conftest import assert_close
-from stochastic import K_MCSE, record, seed
 
 matplotlib.use("Agg")
 
