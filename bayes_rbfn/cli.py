@@ -1842,7 +1842,15 @@ def _sbc_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         type=_one_of("model", lambda: sbc.MODELS),
         default="sor",
-        help=f"model to calibrate: {', '.join(sbc.MODELS)} (default sor)",
+        help=f"model to calibrate: {', '.join(sbc.MODELS)} (default sor): the very model fit runs, under "
+        "fixed priors",
+    )
+    group.add_argument(
+        "--likelihood",
+        metavar="NAME",
+        type=_one_of("likelihood", lambda: sbc.LIKELIHOODS),
+        default="gaussian",
+        help=f"its likelihood: {', '.join(sbc.LIKELIHOODS)} (default gaussian; only rbfn takes the others)",
     )
     group.add_argument(
         "--reps", type=_positive_int, default=200, metavar="R", help="simulated data sets (200)"
@@ -1867,8 +1875,8 @@ def _sbc_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=1.0,
         metavar="K",
-        help="fit a deliberately wrong model whose noise is K times the simulated one (1: none; 2 shows "
-        "what a miscalibrated model looks like)",
+        help="simulate data with K times the noise the model fits, a deliberately wrong model (1: none; "
+        "2 shows what a miscalibrated model looks like; K ≥ 1, Gaussian likelihood)",
     )
     _output_arguments(parser)
 
@@ -1878,11 +1886,12 @@ def _sbc_arguments(parser: argparse.ArgumentParser) -> None:
     help="simulation-based calibration of a model (ranks, chi2 tests, ECDF plot)",
     arguments=_sbc_arguments,
     description=(
-        "Simulation-based calibration (Talts et al. 2018): draw hyperparameters from the prior and data\n"
-        "from the model, fit every simulated data set with NUTS (all at once, vectorised), and rank each\n"
-        "true hyperparameter and the latent f at a few inputs among its posterior draws. Uniform ranks\n"
-        "mean a calibrated sampler and likelihood.\n\n"
+        "Simulation-based calibration (Talts et al. 2018): draw the parameters and data from the prior\n"
+        "predictive of the model fit runs (NumPyro's Predictive), fit every simulated data set with NUTS\n"
+        "(all at once, vectorised), and rank each true parameter and the log-likelihood of the data among\n"
+        "the posterior draws. Uniform ranks mean a calibrated sampler and likelihood.\n\n"
         "  bayes-rbfn sbc --model rbfn --reps 200\n"
+        "  bayes-rbfn sbc --model rbfn --likelihood poisson\n"
         "  bayes-rbfn sbc --model sor --reps 100 --noise-scale 2    a wrong model: must be rejected"
     ),
 )
@@ -1890,8 +1899,15 @@ def _run_sbc(args: argparse.Namespace, console: Console) -> int:
     from bayes_rbfn import sbc
     from bayes_rbfn.output import default_output_dir, prepare_output_dir
 
-    if not (np.isfinite(args.noise_scale) and args.noise_scale > 0):
-        raise UserError(f"argument --noise-scale: must be a finite number > 0, got {args.noise_scale:g}")
+    if not (np.isfinite(args.noise_scale) and args.noise_scale >= 1):
+        raise UserError(f"argument --noise-scale: must be a finite number ≥ 1, got {args.noise_scale:g}")
+    if args.noise_scale != 1 and args.likelihood != "gaussian":
+        raise UserError("--noise-scale needs the gaussian likelihood (it scales the noise σ)")
+    if args.likelihood != "gaussian" and args.model != "rbfn":
+        raise UserError(
+            f"--likelihood {args.likelihood} needs --model rbfn (the {args.model!r} model "
+            "marginalises its weights, which only the gaussian likelihood allows)"
+        )
     if args.thin > args.draws:
         raise UserError(f"--thin {args.thin} is more than --draws {args.draws}: no draw would be kept")
     if args.num_inducing > args.n:
@@ -1917,6 +1933,7 @@ def _run_sbc(args: argparse.Namespace, console: Console) -> int:
                 seed=args.seed,
                 noise_scale=args.noise_scale,
                 num_groups=args.groups,
+                likelihood=args.likelihood,
             )
         except ValueError as err:
             raise UserError(str(err)) from err
@@ -1950,7 +1967,7 @@ def _sbc_report(args: argparse.Namespace, result: Any, out: Path) -> str:
     threshold = SBC_ALPHA / Q
     width = max(map(len, result.params))
     lines = [
-        f"bayes-rbfn sbc: {args.model}, {args.reps} replications, n = {args.n}, M = {args.num_inducing}; "
+        f"bayes-rbfn sbc: {result.model}, {args.reps} replications, n = {args.n}, M = {args.num_inducing}; "
         f"{result.num_ranks - 1} thinned draws per fit, ranks in 0..{result.num_ranks - 1}; "
         f"{_duration(result.seconds)}",
         f"chi2 on {result.bins} bins of the ranks ({result.bins - 1} degrees of freedom):",
@@ -1966,7 +1983,11 @@ def _sbc_report(args: argparse.Namespace, result: Any, out: Path) -> str:
             f"Verdict: NOT calibrated — the ranks of the quantities marked < are not uniform (p below "
             f"{SBC_ALPHA:g}/{Q} = {threshold:.2g}, a family-wise false-alarm rate of {SBC_ALPHA:g}). The "
             "sampler or the likelihood is wrong for this model"
-            + (" (expected here: --noise-scale misspecifies the fit)." if args.noise_scale != 1 else ".")
+            + (
+                " (expected here: --noise-scale misspecifies the simulation)."
+                if args.noise_scale != 1
+                else "."
+            )
         )
     else:
         lines.append(

@@ -35,8 +35,8 @@ def test_sbc_writes_ranks_statistics_and_plot(tmp_path, capsys):
         "report.txt",
     }
     ranks = pd.read_csv(out / "ranks.csv")
-    assert list(ranks.columns) == ["lengthscale", "variance", "noise", "f[0]", "f[1]"]
-    assert ranks.shape == (30, 5)
+    assert list(ranks.columns) == ["lengthscale", "variance", "noise", "log_lik"]
+    assert ranks.shape == (30, 4)
     L = 40 // 2
     assert ranks.to_numpy().min() >= 0 and ranks.to_numpy().max() <= L
     stats = json.loads((out / "statistics.json").read_text())
@@ -55,7 +55,13 @@ def test_sbc_writes_ranks_statistics_and_plot(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        pytest.param(["--model", "exact"], "unknown model 'exact'", id="model-without-sbc"),
+        pytest.param(["--model", "vfe"], "unknown model 'vfe'", id="model-without-sbc"),
+        pytest.param(["--likelihood", "poisson"], "--likelihood poisson needs --model rbfn", id="likelihood"),
+        pytest.param(
+            ["--model", "rbfn", "--likelihood", "poisson", "--noise-scale", "2"],
+            "--noise-scale needs the gaussian likelihood",
+            id="noise-scale-counts",
+        ),
         pytest.param(["--reps", "0"], "positive whole number", id="zero-reps"),
         pytest.param(["--thin", "50", "--draws", "40"], "--thin 50 is more than --draws 40", id="thin"),
         pytest.param(["--noise-scale", "0"], "--noise-scale", id="noise-scale"),

@@ -190,7 +190,11 @@ def test_sample_predictive_moments():
 @pytest.mark.parametrize(
     "likelihood, y, match",
     [
-        ("poisson", np.r_[1.0, 2.0, -1.0, np.ones(17)], r"likelihood: 'poisson' needs y to be counts .*rows 2 "),  # noqa: E501
+        (
+            "poisson",
+            np.r_[1.0, 2.0, -1.0, np.ones(17)],
+            r"likelihood: 'poisson' needs y to be counts .*rows 2 ",
+        ),
         ("negative_binomial", np.r_[np.ones(5), 2.5, np.ones(14)], r"first at rows 5 \(0-based\): 2\.5"),
         ("bernoulli", np.r_[0.0, 1.0, 2.0, 1.0, -1.0, np.zeros(15)], r"0 or 1; 2 value\(s\).*rows 2, 4"),
     ],
