@@ -212,3 +212,37 @@ def test_fit_of_counts_has_replicates_coords_and_link_scale_predictions(poisson_
         + ref.gram(spec, X, Z) @ post["f_alpha"].values[0, 5]
     )
     assert_close(poisson_fit.predictions["f_mean"].values[0, 5], f, scale=1.0)
+
+
+# --------------------------------------------------------------------------------------------------
+# mean=: the observed site's density has the prior mean it was given
+
+SPEC = {"kind": "se", "lengthscale": 0.3, "variance": 0.5}
+PINNED = {"lengthscale": 0.3, "variance": 0.5, "noise": 0.2}
+MEANS = {
+    "constant": (lambda p: np.full(N, Y.mean()), {}),
+    "zero": (lambda p: np.zeros(N), {}),
+    "number": (lambda p: np.full(N, -1.25), {}),
+    "linear": (
+        lambda p: p["mean_intercept"] + (X - X.mean()) * p["mean_slope"][0],
+        {"mean_intercept": 0.4, "mean_slope": np.array([2.0])},
+    ),
+    "callable": (lambda p: 3.0 * X**2, {}),
+}
+MEAN_ARGS = {"constant": "constant", "zero": "zero", "number": -1.25, "linear": "linear", "callable": None}
+
+
+@pytest.mark.parametrize("kind", list(MEANS))
+def test_mean_enters_the_observed_density(kind):
+    """fit(mean=...): the exact model's observed site is N(m(X), K_ff + σ²I) with m the constant (the mean
+    of y), zero, a number, the linear mean at given coefficients, or a callable — SciPy's dense logpdf."""
+    from numpyro import handlers
+
+    mean_fn, values = MEANS[kind]
+    mean = MEAN_ARGS[kind] if kind != "callable" else (lambda Xa: 3.0 * Xa[:, 0] ** 2)
+    gm = br.build_model("exact", X, Y, mean=mean, fixed=PINNED)
+    model = handlers.substitute(handlers.seed(gm.model, 0), data=values)
+    site = handlers.trace(model).get_trace(*gm.args)["y"]
+    C = ref.gram(SPEC, X) + 0.04 * np.eye(N)
+    expected = scipy.stats.multivariate_normal(mean_fn(values), C).logpdf(Y)
+    assert_close(site["fn"].log_prob(site["value"]), expected, scale=abs(expected))
