@@ -1173,8 +1173,6 @@ def _summarise(plan: FitPlan, idata: Any) -> FitResults:
     import arviz as az
 
     from bayes_rbfn.diagnostics import check_convergence
-    from bayes_rbfn.plots import Band
-    from bayes_rbfn.predictive import mixture_moments, mixture_quantiles
 
     names = hyperparameter_names(idata)
     summary = az.summary(idata, var_names=names, round_to="none")
@@ -1196,20 +1194,29 @@ def _summarise(plan: FitPlan, idata: Any) -> FitResults:
         elif any("Pareto" in str(w.message) for w in caught):
             loo_note = "ArviZ warns that some Pareto k̂ are high; treat elpd_loo with care."
 
-    if plan.likelihood != "gaussian":
-        band, sd_f, sd_y = _band_of_the_mean(idata, plan)
-        return FitResults(
-            collapsed=_collapsed_points(plan, idata),
-            saturated=_saturated(plan, idata),
-            hyperparameters=names,
-            summary=summary,
-            convergence=convergence,
-            loo=loo,
-            loo_note=loo_note,
-            band=band,
-            sd_f=sd_f,
-            sd_y=sd_y,
-        )
+    band, sd_f, sd_y = (
+        _band_of_y(idata, plan) if plan.likelihood == "gaussian" else _band_of_the_mean(idata, plan)
+    )
+    return FitResults(
+        collapsed=_collapsed_points(plan, idata),
+        saturated=_saturated(plan, idata),
+        hyperparameters=names,
+        summary=summary,
+        convergence=convergence,
+        loo=loo,
+        loo_note=loo_note,
+        band=band,
+        sd_f=sd_f,
+        sd_y=sd_y,
+    )
+
+
+def _band_of_y(idata: Any, plan: FitPlan) -> tuple[Any, np.ndarray, np.ndarray]:
+    """A Gaussian likelihood: the band of a new observation y*, quantiles of the mixture over draws of
+    N(m_s, v_s + σ_s²), and the sds of f* and y* by the law of total variance."""
+    from bayes_rbfn.plots import Band
+    from bayes_rbfn.predictive import mixture_moments, mixture_quantiles
+
     f_mean = np.asarray(idata.predictions["f_mean"].values)
     f_var = np.asarray(idata.predictions["f_var"].values)
     S = f_mean.shape[-1]
@@ -1220,18 +1227,7 @@ def _summarise(plan: FitPlan, idata: Any) -> FitResults:
     probs = sorted({p for c in INTERVALS for p in ((1 - c) / 2, (1 + c) / 2)})
     q = mixture_quantiles(f_mean.reshape(-1, S), var_y, probs)
     intervals = {c: (q[probs.index((1 - c) / 2)], q[probs.index((1 + c) / 2)]) for c in INTERVALS}
-    return FitResults(
-        collapsed=_collapsed_points(plan, idata),
-        saturated=_saturated(plan, idata),
-        hyperparameters=names,
-        summary=summary,
-        convergence=convergence,
-        loo=loo,
-        loo_note=loo_note,
-        band=Band(mean=mean, intervals=intervals),
-        sd_f=np.sqrt(var_f),
-        sd_y=np.sqrt(var_y_mix),
-    )
+    return Band(mean=mean, intervals=intervals), np.sqrt(var_f), np.sqrt(var_y_mix)
 
 
 def _saturated(plan: FitPlan, idata: Any) -> int:
