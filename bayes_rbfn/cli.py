@@ -540,6 +540,21 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
     )
     output.add_argument("--no-plots", action="store_true", help="do not draw the PNG plots")
 
+    backtest = parser.add_argument_group("backtest (one input column)")
+    split = backtest.add_mutually_exclusive_group()
+    split.add_argument(
+        "--holdout-after",
+        type=float,
+        metavar="X",
+        help="fit the data up to input X and score the forecast of the rest (backtest.csv)",
+    )
+    split.add_argument(
+        "--holdout",
+        type=_fraction,
+        metavar="FRACTION",
+        help="fit all but the last FRACTION of the data by input and score the forecast of it",
+    )
+
     resume = parser.add_argument_group("interrupted runs")
     resume.add_argument(
         "--checkpoint-every",
@@ -705,6 +720,10 @@ class FitPlan:
     notes: list[str] = field(default_factory=list)
     likelihood: str = "gaussian"
     mean: str | float = "constant"
+    holdout_after: float | None = None
+    holdout: float | None = None
+    #: The backtest's held-out (x, y), or None.
+    held_out: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def _load_data(args: argparse.Namespace, default_dataset: str = DEFAULT_DATASET) -> tuple[Dataset, str]:
@@ -842,6 +861,22 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
         )
     kernel = args.kernel or DATASET_KERNELS.get(data.name if args.data is None else "", DEFAULT_KERNEL)
 
+    held_out, X_fit = None, data.X
+    if args.holdout_after is not None or args.holdout is not None:
+        flag = "--holdout-after" if args.holdout_after is not None else "--holdout"
+        if data.group is not None:
+            raise UserError(f"{flag}: a backtest of grouped data is not supported; fit one group's CSV")
+        if not likelihood.marginalisable:
+            raise UserError(f"{flag}: the backtest scores need the gaussian likelihood")
+        from bayes_rbfn.inference import holdout_split
+
+        try:
+            X_fit, _, X_test, y_test = holdout_split(
+                data.X, data.y, holdout_after=args.holdout_after, holdout=args.holdout
+            )
+        except ValueError as err:
+            raise UserError(f"{flag}: " + str(err).split(": ", 1)[1]) from None
+        held_out = (X_test, y_test)
     Z = None
     distinct = count_distinct_rows(data.X)
     if spec.uses_inducing:
@@ -853,7 +888,7 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
         default_M = DATASET_NUM_INDUCING.get(data.name if args.data is None else "", DEFAULT_NUM_INDUCING)
         M = args.num_inducing if args.num_inducing is not None else min(default_M, distinct)
         try:
-            Z = select_inducing(data.X, M, seed=args.seed)
+            Z = select_inducing(X_fit, M, seed=args.seed)  # a backtest chooses Z from the fitted data
         except ValueError as err:
             raise UserError(f"--num-inducing: {err}") from err
     elif args.num_inducing is not None:
@@ -888,6 +923,9 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
         notes=notes,
         likelihood=likelihood.name,
         mean=args.mean,
+        holdout_after=args.holdout_after,
+        holdout=args.holdout,
+        held_out=held_out,
     )
 
 
@@ -1115,6 +1153,8 @@ def _sample(plan: FitPlan, console: Console, checkpoint: Path | None = None, chu
         likelihood=plan.likelihood,
         mean=plan.mean,
         coords={"input_dim": list(d.x_names)},
+        holdout_after=plan.holdout_after,
+        holdout=plan.holdout,
     )
 
 
@@ -1136,6 +1176,8 @@ class FitResults:
     sd_y: np.ndarray
     saturated: int = 0
     collapsed: int = 0
+    #: The backtest's scores (:func:`bayes_rbfn.inference.backtest_scores`), or None.
+    backtest: dict | None = None
 
 
 def hyperparameter_names(idata: Any) -> list[str]:
@@ -1208,7 +1250,14 @@ def _summarise(plan: FitPlan, idata: Any) -> FitResults:
         band=band,
         sd_f=sd_f,
         sd_y=sd_y,
+        backtest=None if plan.held_out is None else _backtest_scores(idata),
     )
+
+
+def _backtest_scores(idata: Any) -> dict:
+    from bayes_rbfn.inference import backtest_scores
+
+    return backtest_scores(idata)
 
 
 def _band_of_y(idata: Any, plan: FitPlan) -> tuple[Any, np.ndarray, np.ndarray]:
@@ -1322,16 +1371,20 @@ def _draw_plots(folder: Path, plan: FitPlan, idata: Any, results: FitResults) ->
     title = f"{d.name}: {plan.model} model, {plan.kernel} kernel — posterior predictive of {d.y_name}"
     y_label = d.y_name
     if d.X.shape[1] == 1 and d.group is None:
+        fitted = (
+            np.ones(d.y.size, bool) if plan.held_out is None else ~np.isin(d.X[:, 0], plan.held_out[0][:, 0])
+        )
         plots.plot_predictive_1d(
             folder / "predictive.png",
-            X=d.X,
-            y=d.y,
+            X=d.X[fitted],
+            y=d.y[fitted],
             X_pred=plan.X_pred,
             band=results.band,
             Z=plan.Z,
             x_label=d.x_names[0],
             y_label=y_label,
             title=title,
+            held_out=plan.held_out,
         )
     elif d.X.shape[1] == 1:
         assert d.group is not None and plan.group_pred is not None and d.group_names is not None
@@ -1459,6 +1512,17 @@ def _report(
         )
     if results.loo_note:
         lines.append(results.loo_note)
+    if plan.held_out is not None:
+        sc = results.backtest
+        lines += [
+            "",
+            f"Backtest: fitted to {d.x_names[0]} ≤ {sc['holdout_after']:g}, scored on the {int(sc['n'])} "
+            "held-out points after it (backtest.csv):",
+            f"  95% band covers {sc['coverage_95']:.0%}, 80% band {sc['coverage_80']:.0%}, 50% band "
+            f"{sc['coverage_50']:.0%} of them (a calibrated forecast: about 95%, 80%, 50%)",
+            f"  MAE {sc['mae']:.4g}, CRPS {sc['crps']:.4g}, interval score (95%) "
+            f"{sc['interval_score_95']:.4g}, log predictive density {sc['lpd']:.4g} per point",
+        ]
     band = results.band.quantity
     if band != "y*":
         lines.append(
@@ -1475,6 +1539,7 @@ def _report(
         "predictive.png": f"posterior predictive: mean, 50% and 95% intervals of {band}, inducing inputs",
         "predictions.csv": "the predictive at the prediction inputs (mean, sd, interval bounds)",
         "report.txt": "this report",
+        "backtest.csv": "the backtest's scores on the held-out points",
     }
     lines += [f"  {name:<16} {descriptions.get(name, '')}" for name in files]
     return "\n".join(lines)
@@ -1497,6 +1562,11 @@ def _write_outputs(
         results.summary.to_csv(tmp / "summary.csv", index_label="parameter")
         _predictions_frame(plan, results).to_csv(tmp / "predictions.csv", index=False)
         files = ["inference.nc", "summary.csv"]
+        if plan.held_out is not None:
+            import pandas as pd
+
+            pd.DataFrame([results.backtest]).to_csv(tmp / "backtest.csv", index=False)
+            files.append("backtest.csv")
         if not args.no_plots:
             files += _draw_plots(tmp, plan, idata, results)
         files += ["predictions.csv", "report.txt"]

@@ -41,9 +41,11 @@ __all__ = [
     "DEFAULT_NUM_INDUCING",
     "INITS",
     "GenerativeModel",
+    "backtest_scores",
     "build_model",
     "default_num_inducing",
     "fit",
+    "holdout_split",
     "laplace_start",
     "posterior_params",
     "prior_predictive",
@@ -470,6 +472,8 @@ def fit(
     init: str = "median",
     posterior_predictive: int | None = DEFAULT_PREDICTIVE_DRAWS,
     coords: Mapping[str, Any] | None = None,
+    holdout_after: float | None = None,
+    holdout: float | None = None,
 ) -> az.InferenceData:
     """Fit a model of the collection with NUTS and return ArviZ InferenceData (DESIGN §6).
 
@@ -522,6 +526,13 @@ def fit(
             needs every draw (it weights the replicates by the LOO weights of all draws).
         coords: ArviZ coordinates, e.g. ``{"input_dim": ["year"]}`` names the input columns (the CLI
             passes its column names); ``obs`` and ``point`` default to 0, 1, ….
+        holdout_after, holdout: a backtest, for one input column: fit on the points with x ≤
+            ``holdout_after`` (or all but the last ``holdout`` fraction by x) and score the predictive of
+            y* on the rest (:func:`bayes_rbfn.scores.score_forecast`: coverage of the 50/80/95% bands,
+            interval scores, CRPS, log predictive density, MAE). The held-out points are stored as
+            ``constant_data`` ``X_holdout``/``y_holdout`` and the scores as JSON in the posterior's
+            attribute ``bayes_rbfn_backtest`` (read them with :func:`backtest_scores`). Each side needs at
+            least 10 points; Gaussian likelihood only.
         init: how the chains start: ``"median"`` (the prior-median start of NumPyro, identity mass
             matrix) or ``"map"`` (the posterior mode and a Laplace mass matrix, :func:`laplace_start`:
             much shorter early warm-up trees when the posterior is narrow, e.g. for large N; falls back
@@ -535,6 +546,15 @@ def fit(
     """
     if posterior_predictive is not None:
         posterior_predictive = _non_negative_int(posterior_predictive, "posterior_predictive")
+    X_holdout = y_holdout = None
+    if holdout_after is not None or holdout is not None:
+        if group is not None:
+            raise ValueError(
+                "holdout: a backtest of grouped data is not supported (split each group yourself)"
+            )
+        if likelihood != "gaussian":
+            raise ValueError("holdout: the backtest scores need the gaussian likelihood")
+        X, y, X_holdout, y_holdout = holdout_split(X, y, holdout_after=holdout_after, holdout=holdout)
     chains = _positive_int(chains, "chains")
     draws = _positive_int(draws, "draws")
     warmup = _positive_int(warmup, "warmup")
@@ -653,6 +673,8 @@ def fit(
                 bound_model, model_args, spec, extras, samples, seed, posterior_predictive
             )
             idata.add_groups(posterior_predictive={"y": replicates}, dims={"y": ["obs"]})
+        if X_holdout is not None:
+            _score_holdout(idata, X_holdout, y_holdout)
         _set_coords(idata, coords)
     if check_diagnostics:
         diagnostics.warn_if_poor(diagnostics.check_convergence(idata))
@@ -778,6 +800,68 @@ def _posterior_predictive(
     if spec.grouped:  # the padded (G, N_max) layout back to the order of the observations
         y_rep = y_rep.reshape(chains * kept, -1)[:, extras["obs_index"]]
     return y_rep.reshape(chains, kept, -1)
+
+
+#: Fewest points on either side of a backtest's split.
+MIN_HOLDOUT_POINTS = 10
+
+
+def holdout_split(
+    X: Any, y: Any, *, holdout_after: float | None = None, holdout: float | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(X_train, y_train, X_test, y_test): the points with x ≤ ``holdout_after``, or all but the last
+    ``holdout`` fraction by x, and the rest. One input column; at least 10 points on each side."""
+    X = np.asarray(check_X(X, "X"))
+    y = np.asarray(check_y(y, X.shape[0]))
+    if (holdout_after is None) == (holdout is None):
+        raise ValueError("holdout: give either holdout_after or holdout, not both")
+    if X.shape[1] != 1:
+        raise ValueError(f"holdout: a backtest splits one input column by its value; X has {X.shape[1]}")
+    x = X[:, 0]
+    if holdout is not None:
+        if isinstance(holdout, bool) or not (isinstance(holdout, int | float) and 0 < holdout < 1):
+            raise ValueError(f"holdout: expected a fraction in (0, 1), got {holdout!r}")
+        n_test = int(np.ceil(holdout * x.size))
+        cut = np.sort(x)[x.size - n_test - 1] if n_test < x.size else -np.inf
+    else:
+        cut = float(holdout_after)
+        if not np.isfinite(cut):
+            raise ValueError(f"holdout_after: must be a finite number, got {holdout_after!r}")
+    train = x <= cut
+    n_train, n_test = int(train.sum()), int((~train).sum())
+    if min(n_train, n_test) < MIN_HOLDOUT_POINTS:
+        raise ValueError(
+            f"holdout: the split at x = {cut:g} leaves {n_train} point(s) to fit and {n_test} to score; "
+            f"each side needs at least {MIN_HOLDOUT_POINTS}"
+        )
+    return X[train], y[train], X[~train], y[~train]
+
+
+def _score_holdout(idata: az.InferenceData, X_test: np.ndarray, y_test: np.ndarray) -> None:
+    """Score the fit's predictive of y* at the held-out points; store them and the scores in ``idata``."""
+    import xarray as xr
+
+    from bayes_rbfn.predictive import predict
+    from bayes_rbfn.scores import score_forecast
+
+    pred = predict(idata, X_test)
+    noise = np.asarray(posterior_params(idata, rebuild(idata)[1].fixed)["noise"]).reshape(-1, 1)
+    S = X_test.shape[0]
+    means = pred.f_mean.reshape(-1, S)
+    sds = np.sqrt(pred.f_var.reshape(-1, S) + noise**2)
+    result = score_forecast(means, sds, y_test)
+    result["holdout_after"] = float(np.max(idata.constant_data["X"].values[:, 0]))
+    idata.constant_data["X_holdout"] = xr.DataArray(X_test, dims=("holdout", "input_dim"))
+    idata.constant_data["y_holdout"] = xr.DataArray(y_test, dims=("holdout",))
+    idata.posterior.attrs["bayes_rbfn_backtest"] = json.dumps(result)
+
+
+def backtest_scores(idata: Any) -> dict[str, float]:
+    """The scores of a fit with ``holdout_after``/``holdout`` (see :func:`fit`); ValueError otherwise."""
+    text = idata.posterior.attrs.get("bayes_rbfn_backtest")
+    if not text:
+        raise ValueError("idata: this fit has no backtest (fit with holdout_after= or holdout=)")
+    return json.loads(str(text))
 
 
 def _check_coords(coords: Mapping[str, Any] | None, sizes: Mapping[str, int]) -> None:

@@ -53,6 +53,10 @@ class Band:
     quantity: str = "y*"
 
 
+#: Held-out points of a backtest.
+_HELD_OUT_STYLE = {"color": "C3", "marker": "x", "linestyle": "none", "markersize": 3.5}
+
+
 def _save(fig: Figure, path: str | os.PathLike[str]) -> None:
     fig.savefig(path, dpi=_DPI)
 
@@ -164,8 +168,12 @@ def plot_predictive_1d(
     x_label: str,
     y_label: str,
     title: str,
+    held_out: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> None:
     """Posterior predictive over one input: data, mean, central intervals of y*, inducing inputs.
+
+    ``held_out`` = (x, y): a backtest's held-out points, drawn in their own colour after the end of the
+    fitted data (they are not in ``X``, ``y``), so the forecast can be judged against them.
 
     When the prediction inputs reach past the data, a second panel zooms on the end of the data and the
     forecast beyond it, where the predictive uncertainty grows (and, for SoR, eventually collapses to the
@@ -181,13 +189,18 @@ def plot_predictive_1d(
     ax = axes[0]
     _draw_band(ax, xp, band)
     ax.plot(x, y, **_DATA_STYLE)
+    if held_out is not None:
+        ax.plot(np.ravel(held_out[0]), held_out[1], **_HELD_OUT_STYLE)
     _mark_inducing(ax, z)
     ax.set_xlim(min(xp.min(), x.min()), max(xp.max(), data_end))
     _ylim(ax, y, *band.intervals[max(band.intervals)])
     ax.set_title(title)
     if beyond:
         ax.axvline(data_end, color="0.5", lw=0.8, ls="--")
-        ax.legend(handles=_legend_handles(band, z is not None), loc="upper left", fontsize=8, frameon=False)
+        handles = _legend_handles(band, z is not None)
+        if held_out is not None:
+            handles.append(Line2D([], [], **_HELD_OUT_STYLE, label="held out (scored, not fitted)"))
+        ax.legend(handles=handles, loc="upper left", fontsize=8, frameon=False)
         # Zoom: the last stretch of the data, as long as the forecast and at least 10% of the data range.
         horizon = float(xp.max()) - data_end
         start = data_end - max(horizon, 0.1 * float(np.ptp(x)))
@@ -195,6 +208,8 @@ def plot_predictive_1d(
         _draw_band(zoom, xp[_in_window(xp, start, np.inf)], _subset(band, _in_window(xp, start, np.inf)))
         keep = _in_window(x, start, np.inf)
         zoom.plot(x[keep], y[keep], **_DATA_STYLE)
+        if held_out is not None:
+            zoom.plot(np.ravel(held_out[0]), held_out[1], **_HELD_OUT_STYLE)
         if z is not None:
             _mark_inducing(zoom, z[_in_window(z, start, np.inf)])
         zoom.axvline(data_end, color="0.5", lw=0.8, ls="--")

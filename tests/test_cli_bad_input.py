@@ -376,3 +376,20 @@ def counts_csv(tmp_path):
 )
 def test_bad_likelihood_or_mean_is_refused(counts_csv, capsys, tmp_path, extra, needles):
     refuse(fit_csv(counts_csv, *extra), capsys, tmp_path, *needles)
+
+
+@pytest.mark.parametrize(
+    "argv, needles",
+    [
+        (["--holdout-after", "9.5"], ["--holdout-after", "leaves", "each side needs at least 10"]),
+        (["--holdout", "0.1"], ["--holdout", "3 to score", "at least 10"]),
+        (["--holdout-after", "5", "--x", "t", "s"], ["--holdout-after", "one input column"]),
+    ],
+    ids=["too-few-held-out", "too-small-fraction", "several-inputs"],
+)
+def test_bad_backtest_is_refused(good_csv, capsys, tmp_path, argv, needles):
+    refuse(fit_csv(good_csv, *argv), capsys, tmp_path, *needles)
+
+
+def test_backtest_of_grouped_data_is_refused(capsys, tmp_path):
+    refuse(["fit", "--dataset", "fertility", "--holdout", "0.2", "--out", "res"], capsys, tmp_path, "grouped")

@@ -204,3 +204,50 @@ def test_fit_rejects_data_the_likelihood_cannot_take(likelihood, y, match):
     """Counts must be whole numbers ≥ 0 and labels 0 or 1; the error names the likelihood and the rows."""
     with pytest.raises(ValueError, match=match):
         br.fit("rbfn", X, y, likelihood=likelihood, progress=False)
+
+
+def test_backtest_scores_are_those_of_the_dense_sor_predictive():
+    """fit(holdout=0.25): the stored scores equal score_forecast of the per-draw SoR predictive of y* at the
+    held-out inputs, recomputed densely in NumPy (tests/reference.py) from the stored draws."""
+    import reference as ref
+
+    from bayes_rbfn.scores import score_forecast
+
+    x = np.linspace(0.0, 6.0, 48)
+    y = np.sin(x) + 0.1 * np.cos(5 * x)
+    Z = np.linspace(0.2, 4.2, 6)
+    idata = br.fit(
+        "sor",
+        x,
+        y,
+        Z=Z,
+        holdout=0.25,
+        chains=1,
+        draws=40,
+        warmup=60,
+        progress=False,
+        check_diagnostics=False,
+        log_likelihood=False,
+        posterior_predictive=0,
+    )
+    scores = br.inference.backtest_scores(idata)
+    X_fit, y_fit = idata.constant_data["X"].values, idata.observed_data["y"].values
+    X_out, y_out = idata.constant_data["X_holdout"].values, idata.constant_data["y_holdout"].values
+    assert X_fit.shape == (36, 1) and X_out.shape == (12, 1) and X_out.min() > X_fit.max()
+    c = idata.constant_data["y_offset"].values.item()
+    post = idata.posterior
+    means, sds = [], []
+    for d in range(40):
+        spec = {
+            "kind": "se",
+            "lengthscale": post["lengthscale"].values[0, d],
+            "variance": post["variance"].values[0, d],
+        }
+        noise = post["noise"].values[0, d]
+        Kfu, Kuu = ref.gram(spec, X_fit, Z[:, None]), ref.jittered(ref.gram(spec, Z[:, None]), 1e-8)
+        m, cov = ref.sor_function_space(Kfu, Kuu, ref.gram(spec, X_out, Z[:, None]), y_fit - c, noise)
+        means.append(m + c)
+        sds.append(np.sqrt(np.diag(cov) + noise**2))
+    expected = score_forecast(np.array(means), np.array(sds), y_out)
+    for key, value in expected.items():
+        assert scores[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
