@@ -1624,8 +1624,15 @@ def _compare_arguments(parser: argparse.ArgumentParser) -> None:
         type=_test_fraction,
         default=DEFAULT_TEST_FRACTION,
         metavar="F",
-        help="hold out this random share of the rows (chosen with --seed) for the held-out log predictive "
-        f"density; 0 for none (default {DEFAULT_TEST_FRACTION})",
+        help="hold out this share of the rows for the held-out log predictive density; 0 for none "
+        f"(default {DEFAULT_TEST_FRACTION})",
+    )
+    model.add_argument(
+        "--split",
+        choices=("random", "time"),
+        default="random",
+        help="which rows --test-fraction holds out: random (chosen with --seed; the default) or time (the "
+        "last ones by the single input, to rank the models on forecasting)",
     )
     model.add_argument(
         "--ic",
@@ -1679,7 +1686,15 @@ def _plan_compare(args: argparse.Namespace) -> ComparePlan:
     if data.group is not None:
         notes.append("The data are grouped; every model pools the groups into one fit.")
     N = data.X.shape[0]
-    order = np.random.default_rng(args.seed).permutation(N)
+    if args.split == "time":
+        if data.X.shape[1] != 1:
+            raise UserError(
+                f"--split time: orders the rows by one input column; the data have {data.X.shape[1]}"
+            )
+        # the last rows by input are held out: order[:n_test] must be the latest
+        order = np.argsort(data.X[:, 0], kind="stable")[::-1]
+    else:
+        order = np.random.default_rng(args.seed).permutation(N)
     n_test = round(args.test_fraction * N)
     if args.test_fraction > 0 and n_test < 1:
         raise UserError(
@@ -1847,7 +1862,8 @@ def _compare_report(
         + (
             ""
             if plan.test is None
-            else f", {len(plan.test):,} held out (--test-fraction {args.test_fraction:g}, seed {args.seed})"
+            else f", {len(plan.test):,} held out (--test-fraction {args.test_fraction:g}, "
+            + (f"seed {args.seed})" if args.split == "random" else "the last by input: --split time)")
         ),
     ]
     lines += [f"      note: {note}" for note in plan.notes]

@@ -393,3 +393,19 @@ def test_bad_backtest_is_refused(good_csv, capsys, tmp_path, argv, needles):
 
 def test_backtest_of_grouped_data_is_refused(capsys, tmp_path):
     refuse(["fit", "--dataset", "fertility", "--holdout", "0.2", "--out", "res"], capsys, tmp_path, "grouped")
+
+
+def test_compare_time_split_needs_one_input(good_csv, capsys, tmp_path):
+    argv = ["compare", good_csv, "--x", "t", "s", "--y", "y", "--split", "time", "--out", "res"]
+    refuse(argv, capsys, tmp_path, "--split time", "one input column")
+
+
+def test_compare_time_split_holds_out_the_last_rows(good_csv):
+    """--split time: the held-out rows are the latest by the input (checked on the plan, before fitting)."""
+    args = cli.build_parser().parse_args(
+        ["compare", str(good_csv), "--x", "t", "--y", "y", "--split", "time", "--test-fraction", "0.2"]
+    )
+    plan = cli._plan_compare(args)
+    t = pd.read_csv(good_csv)["t"].to_numpy()
+    assert plan.test is not None and len(plan.test) == 6
+    assert t[plan.test].min() > t[plan.train].max()
