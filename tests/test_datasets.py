@@ -26,7 +26,9 @@ def test_list_datasets_names_and_descriptions():
 
 
 def test_unknown_name_lists_valid_ones():
-    with pytest.raises(ValueError, match=r"unknown data set 'mauna'.*breast_cancer, co2, coal, fertility, snelson"):
+    with pytest.raises(
+        ValueError, match=r"unknown data set 'mauna'.*breast_cancer, co2, coal, fertility, snelson"
+    ):
         load_dataset("mauna")
 
 
