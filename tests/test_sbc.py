@@ -158,27 +158,55 @@ def test_quantity_names():
     assert grouped[-1] == LOGLIK and len(grouped) == 3 * (2 + 2) + 1
 
 
-def _user_model(x, y=None):
-    """A NumPyro model of one's own: y ~ N(a + b x, s)."""
-    import numpyro
-    import numpyro.distributions as dist
+_USER_SBC = """
+import json, sys
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
 
+numpyro.enable_x64()
+from bayes_rbfn.sbc import run_sbc
+
+
+def model(x, y=None):
     a = numpyro.sample("a", dist.Normal(0.0, 1.0))
     b = numpyro.sample("b", dist.Normal(0.0, 1.0))
     s = numpyro.sample("s", dist.LogNormal(-1.0, 0.3))
     numpyro.sample("y", dist.Normal(a + b * x, s).to_event(1), obs=y)
 
 
+x = np.linspace(-1.0, 1.0, 12)
+r = run_sbc(model, model_args=(x,), reps=100, draws=100, warmup=100, thin=5, seed=int(sys.argv[1]))
+try:
+    run_sbc(model, model_args=(x,), observed="z", reps=2, draws=5, warmup=5, thin=1)
+    error = ""
+except ValueError as err:
+    error = str(err)
+print(json.dumps({"params": r.params, "pvalues": r.pvalues, "divergences": r.divergences, "error": error}))
+"""
+
+
 @pytest.mark.stochastic
 def test_sbc_of_a_users_model():
-    """Any NumPyro model with an observed site: a linear regression is calibrated (p > 1e-3 / 4)."""
-    x = np.linspace(-1.0, 1.0, 12)
-    r = run_sbc(_user_model, model_args=(x,), reps=100, draws=100, warmup=100, thin=5, seed=seed(3))
-    assert r.params == ("a", "b", "s", LOGLIK)
-    record("sbc", model="user", min_p=r.min_pvalue, divergences=r.divergences)
-    assert r.min_pvalue > ACCEPT_FAMILY / 4, r.pvalues
-    with pytest.raises(ValueError, match="observed: calling the model with z=None failed"):
-        run_sbc(_user_model, model_args=(x,), observed="z", reps=2, draws=5, warmup=5, thin=1)
+    """Any NumPyro model with an observed site: a linear regression y ~ N(a + b x, s) is calibrated
+    (p > 1e-3 / 4), and an observed site the model does not take is refused naming ``observed``.
+
+    Run in a fresh Python process: in the full suite's process (after ~1,000 tests) XLA's CPU compiler
+    crashed with a segmentation fault on this program, twice, while it compiles and runs cleanly alone
+    (an XLA problem of a long-lived process, recorded in the issue note)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _USER_SBC, str(seed(3))], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert tuple(out["params"]) == ("a", "b", "s", LOGLIK)
+    min_p = min(out["pvalues"].values())
+    record("sbc", model="user", min_p=min_p, divergences=out["divergences"])
+    assert min_p > ACCEPT_FAMILY / 4, out["pvalues"]
+    assert out["error"].startswith("observed: calling the model with z=None failed")
 
 
 @pytest.mark.parametrize(
