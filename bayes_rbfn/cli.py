@@ -1492,6 +1492,14 @@ def _report(
             f"{plan.max_tree_depth} (2^{plan.max_tree_depth} − 1 steps): the sampler explored less per draw "
             "than it wanted; raise --max-tree-depth if the ESS is low."
         )
+    if plan.Z is not None and plan.Z.ndim == 2 and plan.Z.shape[1] == 1 and plan.model in ("sor", "rbfn"):
+        last_z, last_x = float(plan.Z[:, 0].max()), float(plan.X_pred[:, 0].max())
+        if last_x > last_z:
+            lines.append(
+                f"Forecast warning: the predictions reach {d.x_names[0]} = {last_x:g}, past the last "
+                f"inducing input at {last_z:g}. The {plan.model} model loses prior variance there, so its "
+                "band beyond it is too narrow to trust as a forecast (backtest it with --holdout-after)."
+            )
     if results.collapsed:
         S = plan.X_pred.shape[0]
         lines.append(

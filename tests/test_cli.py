@@ -347,6 +347,8 @@ def test_main_job_defaults_on_co2(tmp_path, capsys):
     assert idata.observed_data["y"].size == co2.y.size
     assert idata.predictions_constant_data["X_pred"].values.max() > co2.X.max() + 4.0  # years past the end
     assert "co2_ppmv" in stdout
+    # sor forecasts past its last inducing input: the report says the band there cannot be trusted
+    assert "Forecast warning" in stdout and "past the last inducing input" in stdout
 
 
 def test_coal_counts_default_to_a_poisson_rbfn_whose_band_is_the_rate(tmp_path, capsys):
