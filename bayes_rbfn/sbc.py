@@ -169,7 +169,7 @@ def chi2_uniformity(ranks: np.ndarray, num_ranks: int, bins: int) -> tuple[float
 
 @functools.cache
 def _shipped(model: str, likelihood: str, n: int, num_inducing: int, num_groups: int) -> tuple[Callable, Any]:
-    """(model_fn(y), y_template): the model :func:`bayes_rbfn.fit` runs, on the fixed SBC design."""
+    """model_fn(y): the model :func:`bayes_rbfn.fit` runs, on the fixed SBC design."""
     from bayes_rbfn.families import get_family
     from bayes_rbfn.models import ModelConfig, get_model
     from bayes_rbfn.models.likelihoods import get_likelihood
@@ -200,14 +200,13 @@ def _shipped(model: str, likelihood: str, n: int, num_inducing: int, num_groups:
         }
         if spec.uses_inducing:
             data["Z"] = jnp.asarray(Z, dtype)
-    template = jnp.zeros(np.shape(data["X"])[:-1], dtype)
     data = {k: v for k, v in data.items() if k != "y"}
 
     def model_fn(y):
         spec.model({**data, "y": y}, config)
 
     model_fn.__name__ = model if lik.name == "gaussian" else f"{model}-{lik.name}"
-    return model_fn, template
+    return model_fn
 
 
 def _user(model: Callable, model_args: tuple, model_kwargs: Mapping[str, Any], observed: str) -> Callable:
@@ -218,23 +217,20 @@ def _user(model: Callable, model_args: tuple, model_kwargs: Mapping[str, Any], o
     return model_fn
 
 
-def _trace(model_fn: Callable) -> Any:
-    return handlers.trace(handlers.seed(model_fn, 0)).get_trace(None)
-
-
-def _latent_sites(model_fn: Callable, template: Any, observed: str) -> dict[str, tuple[int, ...]]:
-    """{name: shape} of the latent sample sites, in the order the model samples them."""
+def _latent_sites(model_fn: Callable, observed: str) -> tuple[dict[str, tuple[int, ...]], set[str]]:
+    """({name: shape} of the latent sample sites in the order the model samples them, every site name)."""
     try:
-        trace = _trace(model_fn)
+        trace = handlers.trace(handlers.seed(model_fn, 0)).get_trace(None)
     except TypeError as err:
         raise ValueError(f"observed: calling the model with {observed}=None failed ({err})") from err
     if observed not in trace or trace[observed]["type"] != "sample":
         raise ValueError(f"observed: the model has no sample site {observed!r}")
-    return {
+    latent = {
         name: tuple(site["value"].shape)
         for name, site in trace.items()
         if site["type"] == "sample" and not site["is_observed"] and name != observed
     }
+    return latent, set(trace)
 
 
 def _names(sites: Mapping[str, tuple[int, ...]]) -> tuple[str, ...]:
@@ -260,19 +256,18 @@ def quantity_names(
 ) -> tuple[str, ...]:
     """Names of the ranked quantities, in the column order of :attr:`SBCResult.ranks`: every scalar
     component of every latent sample site (``name`` or ``name[i]``), then ``log_lik``."""
-    model_fn, template, observed = _resolve(
+    model_fn, observed = _resolve(
         model, likelihood, n, num_inducing, num_groups, model_args, model_kwargs, observed
     )
-    return _names(_latent_sites(model_fn, template, observed))
+    return _names(_latent_sites(model_fn, observed)[0])
 
 
 def _resolve(model, likelihood, n, num_inducing, num_groups, model_args, model_kwargs, observed):
     if callable(model):
-        return _user(model, tuple(model_args), dict(model_kwargs or {}), observed), None, observed
+        return _user(model, tuple(model_args), dict(model_kwargs or {}), observed), observed
     if model not in MODELS:
         raise ValueError(f"model: expected one of {', '.join(MODELS)} or a NumPyro model; got {model!r}")
-    model_fn, template = _shipped(model, likelihood, n, num_inducing, num_groups)
-    return model_fn, template, "y"
+    return _shipped(model, likelihood, n, num_inducing, num_groups), "y"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -334,7 +329,7 @@ def _run(
     postprocess = info.postprocess_fn
 
     def one(key, true_values, y):
-        k_init, k_mcmc = jax.random.split(key)
+        k_mcmc = jax.random.split(key)[1]
         state = init_kernel(
             info.param_info.z,
             num_warmup=warmup,
@@ -343,7 +338,6 @@ def _run(
             model_args=(y,),
             rng_key=k_mcmc,
         )
-        del k_init
 
         def step(state, _):
             state = sample_kernel(state, model_args=(y,))
@@ -456,7 +450,7 @@ def run_sbc(
         raise ValueError(
             f"bins: must be an integer in [2, {num_ranks}] (the number of rank values), got {bins!r}"
         )
-    model_fn, template, observed = _resolve(
+    model_fn, observed = _resolve(
         model,
         likelihood,
         ints["n"],
@@ -466,9 +460,9 @@ def run_sbc(
         model_kwargs,
         observed,
     )
-    sites = _latent_sites(model_fn, template, observed)
+    sites, every_site = _latent_sites(model_fn, observed)
     names = _names(sites)
-    if noise_scale != 1 and (likelihood != "gaussian" or "noise" not in _trace(model_fn)):
+    if noise_scale != 1 and (likelihood != "gaussian" or "noise" not in every_site):
         raise ValueError("noise_scale: needs a Gaussian likelihood with a 'noise' site (σ) to scale")
 
     start = time.perf_counter()

@@ -92,6 +92,11 @@ def prior_mean(params: Mapping[str, Any], data: Mapping[str, Any], config: Any, 
     return base
 
 
+def centred_y(params: Mapping[str, Any], data: Mapping[str, Any], config: Any) -> jax.Array:
+    """y − m(X): the targets less their prior mean, what every Gaussian marginal conditions on."""
+    return data["y"] - prior_mean(params, data, config, data["X"])
+
+
 def observe(distribution: dist.Distribution, data: Mapping[str, Any]) -> Any:
     """The observed site ``y`` of every model: ``y`` observed, or simulated when ``data["y"]`` is None."""
     return numpyro.sample("y", distribution, obs=data.get("y"))

@@ -8,7 +8,7 @@ import jax
 
 from bayes_rbfn import conditional
 from bayes_rbfn.models import ModelConfig, ModelSpec
-from bayes_rbfn.models._common import observe, prior_mean, sample_parameters
+from bayes_rbfn.models._common import centred_y, observe, prior_mean, sample_parameters
 from bayes_rbfn.models.distributions import ExactGP
 
 
@@ -32,15 +32,11 @@ def log_density(params: dict, data: dict, config: ModelConfig):
     return marginal(params, data, config).log_prob(data["y"])
 
 
-def _centred(params: dict, data: dict, config: ModelConfig):
-    return data["y"] - prior_mean(params, data, config, data["X"])
-
-
 def predict(params: dict, data: dict, config: ModelConfig, X_test):
     """Per-draw exact GP moments of the latent f* at X_test."""
     kernel = config.family.build(params)
     moments = conditional.exact_predict(
-        kernel, data["X"], _centred(params, data, config), params["noise"], X_test, full_cov=False
+        kernel, data["X"], centred_y(params, data, config), params["noise"], X_test, full_cov=False
     )
     return moments.mean + prior_mean(params, data, config, X_test), moments.var
 
@@ -48,7 +44,7 @@ def predict(params: dict, data: dict, config: ModelConfig, X_test):
 def log_likelihood(params: dict, data: dict, config: ModelConfig):
     """Exact LOO conditionals log p(y_i | y_−i, θ)."""
     kernel = config.family.build(params)
-    return conditional.exact_loo(kernel, data["X"], _centred(params, data, config), params["noise"])
+    return conditional.exact_loo(kernel, data["X"], centred_y(params, data, config), params["noise"])
 
 
 SPEC = ModelSpec(

@@ -171,23 +171,20 @@ def model(data: dict, config: ModelConfig) -> None:
 
 
 def simulate(key: jax.Array, sample_shape: tuple, params: dict, data: dict, config: ModelConfig) -> jax.Array:
-    """Draws of the padded y (G, N_max): per group c_g + K_fu L_uu⁻ᵀ v_g + σ_g ε (0 at padding), O(NM)."""
+    """Draws of the padded y (G, N_max): each group's SoR marginal N(c_g, Q^(g) + σ_g² I), drawn by
+    :meth:`~bayes_rbfn.models.distributions.SparseGP.sample` in O(NM); 0 at the padding."""
+    from bayes_rbfn.models.distributions import SparseGP
+
     names = (*config.family.params, "noise")
-    G, n_max = data["X"].shape[:2]
-    M = data["Z"].shape[-2]
-    k_v, k_eps = jax.random.split(key)
-    v = jax.random.normal(k_v, (*sample_shape, G, M), data["X"].dtype)
-    eps = jax.random.normal(k_eps, (*sample_shape, G, n_max), data["X"].dtype)
 
-    def one_group(p, X_g, Z_g, c_g, v_g, eps_g):
-        kernel = config.family.build(p)
-        Luu = linalg.cholesky(kernel(Z_g, Z_g), config.jitter)
-        factor_f = linalg.solve_lower(Luu, kernel(Z_g, X_g))  # (M, N_max): Q_ff = factor_fᵀ factor_f
-        return c_g + v_g @ factor_f + p["noise"] * eps_g
+    def one_group(p, X_g, Z_g, c_g, key_g):
+        marginal = SparseGP(config.family.build(p), X_g, Z_g, p["noise"], mean=c_g, jitter=config.jitter)
+        return marginal.sample(key_g, sample_shape)
 
+    G = data["y_offset"].shape[0]
     by_group = {k: params[k] for k in names}
-    draws = jax.vmap(one_group, in_axes=(0, 0, _z_axis(data), 0, -2, -2), out_axes=-2)(
-        by_group, data["X"], data["Z"], data["y_offset"], v, eps
+    draws = jax.vmap(one_group, in_axes=(0, 0, _z_axis(data), 0, 0), out_axes=-2)(
+        by_group, data["X"], data["Z"], data["y_offset"], jax.random.split(key, G)
     )
     return jnp.where(data["mask"], draws, 0.0)
 

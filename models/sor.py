@@ -17,7 +17,7 @@ import jax
 
 from bayes_rbfn import linalg, parallel
 from bayes_rbfn.models import ModelConfig, ModelSpec
-from bayes_rbfn.models._common import observe, prior_mean, sample_parameters
+from bayes_rbfn.models._common import centred_y, observe, prior_mean, sample_parameters
 from bayes_rbfn.models.distributions import SparseGP
 
 
@@ -80,7 +80,7 @@ def predict(params: dict, data: dict, config: ModelConfig, X_test):
     test point at once and the factor is then computed once per draw).
     """
     kernel, noise = _kernel(params, config)
-    factor = _factor(kernel, noise, data["y"] - prior_mean(params, data, config, data["X"]), data, config)
+    factor = _factor(kernel, noise, centred_y(params, data, config), data, config)
     mean, var = parallel.sor_moments(
         factor, kernel, data["Z"], X_test, chunk_size=config.chunk_size, mesh=config.mesh
     )
@@ -90,7 +90,7 @@ def predict(params: dict, data: dict, config: ModelConfig, X_test):
 def log_likelihood(params: dict, data: dict, config: ModelConfig):
     """LOO conditionals log p(y_i | y_−i, θ) under the SoR marginal, O(NM²)."""
     kernel, noise = _kernel(params, config)
-    y = data["y"] - prior_mean(params, data, config, data["X"])
+    y = centred_y(params, data, config)
     factor = _factor(kernel, noise, y, data, config)
     return parallel.sor_loo(
         factor, kernel, data["Z"], data["X"], y, noise**2, chunk_size=config.chunk_size, mesh=config.mesh

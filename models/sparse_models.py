@@ -76,7 +76,7 @@ import jax.numpy as jnp
 
 from bayes_rbfn import conditional, linalg, sparse
 from bayes_rbfn.models import ModelConfig, ModelSpec, sor
-from bayes_rbfn.models._common import observe, prior_mean, sample_parameters
+from bayes_rbfn.models._common import centred_y, observe, prior_mean, sample_parameters
 
 __all__ = [
     "SPECS",
@@ -102,10 +102,6 @@ ASOR_POINT_BATCH = 32
 
 def _kernel(params: dict, config: ModelConfig):
     return config.family.build(params), params["noise"]
-
-
-def _centred(params: dict, data: dict, config: ModelConfig) -> jax.Array:
-    return data["y"] - prior_mean(params, data, config, data["X"])
 
 
 def _numpyro_model(approx: str, doc: str) -> Callable[[dict, ModelConfig], None]:
@@ -141,7 +137,7 @@ def dtc_predict(params: dict, data: dict, config: ModelConfig, X_test: jax.Array
     """
     kernel, noise = _kernel(params, config)
     factor, _ = sparse.dtc_factor(
-        kernel, data["X"], _centred(params, data, config), data["Z"], noise, config.jitter
+        kernel, data["X"], centred_y(params, data, config), data["Z"], noise, config.jitter
     )
     moments = sparse.dtc_predict(factor, kernel, data["Z"], X_test, full_cov=False)
     return moments.mean + prior_mean(params, data, config, X_test), moments.var
@@ -150,7 +146,7 @@ def dtc_predict(params: dict, data: dict, config: ModelConfig, X_test: jax.Array
 def dtc_log_likelihood(params: dict, data: dict, config: ModelConfig) -> jax.Array:
     """LOO conditionals log p(y_i | y_−i, θ) under N(c, Q_ff + σ²I), shape (N,), O(NM²) ([4])."""
     kernel, noise = _kernel(params, config)
-    y = _centred(params, data, config)
+    y = centred_y(params, data, config)
     factor, Kuf = sparse.dtc_factor(kernel, data["X"], y, data["Z"], noise, config.jitter)
     return sparse.dtc_loo(factor, Kuf, y, noise)
 
@@ -174,7 +170,7 @@ def fitc_predict(params: dict, data: dict, config: ModelConfig, X_test: jax.Arra
     """
     kernel, noise = _kernel(params, config)
     factor, _, _ = sparse.fitc_factor(
-        kernel, data["X"], _centred(params, data, config), data["Z"], noise, config.jitter
+        kernel, data["X"], centred_y(params, data, config), data["Z"], noise, config.jitter
     )
     moments = sparse.fitc_predict(factor, kernel, data["Z"], X_test, full_cov=False)
     return moments.mean + prior_mean(params, data, config, X_test), moments.var
@@ -183,7 +179,7 @@ def fitc_predict(params: dict, data: dict, config: ModelConfig, X_test: jax.Arra
 def fitc_log_likelihood(params: dict, data: dict, config: ModelConfig) -> jax.Array:
     """LOO conditionals log p(y_i | y_−i, θ) under FITC's N(c, Q_ff + Λ), shape (N,), O(NM²) ([4])."""
     kernel, noise = _kernel(params, config)
-    y = _centred(params, data, config)
+    y = centred_y(params, data, config)
     factor, Kuf, d = sparse.fitc_factor(kernel, data["X"], y, data["Z"], noise, config.jitter)
     return sparse.fitc_loo(factor, Kuf, y, d)
 
@@ -209,7 +205,7 @@ def vfe_predict(params: dict, data: dict, config: ModelConfig, X_test: jax.Array
     """Per-draw moments of the latent f* under Titsias's optimal q(u) ([2] §3), equal to DTC's."""
     kernel, noise = _kernel(params, config)
     factor, _ = sparse.dtc_factor(
-        kernel, data["X"], _centred(params, data, config), data["Z"], noise, config.jitter
+        kernel, data["X"], centred_y(params, data, config), data["Z"], noise, config.jitter
     )
     moments = sparse.vfe_predict(factor, kernel, data["Z"], X_test, full_cov=False)
     return moments.mean + prior_mean(params, data, config, X_test), moments.var
@@ -218,7 +214,7 @@ def vfe_predict(params: dict, data: dict, config: ModelConfig, X_test: jax.Array
 def vfe_log_likelihood(params: dict, data: dict, config: ModelConfig) -> jax.Array:
     """LOO conditionals for the VFE pseudo-posterior: DTC's (the trace term does not depend on y), (N,)."""
     kernel, noise = _kernel(params, config)
-    y = _centred(params, data, config)
+    y = centred_y(params, data, config)
     factor, Kuf = sparse.dtc_factor(kernel, data["X"], y, data["Z"], noise, config.jitter)
     return sparse.vfe_loo(factor, Kuf, y, noise)
 
@@ -306,7 +302,7 @@ def asor_predict(params: dict, data: dict, config: ModelConfig, X_test: jax.Arra
     See :func:`augmented_sor_predict`: SoR's posterior, with each test input added to the inducing inputs.
     """
     kernel, noise = _kernel(params, config)
-    y = _centred(params, data, config)
+    y = centred_y(params, data, config)
     factor, _ = sparse.dtc_factor(kernel, data["X"], y, data["Z"], noise, config.jitter)
     moments = augmented_sor_predict(factor, kernel, data["X"], y, data["Z"], noise, X_test)
     return moments.mean + prior_mean(params, data, config, X_test), moments.var

@@ -54,7 +54,9 @@ START = time.perf_counter()
 
 coal = load_dataset("coal")
 year, counts = coal.X[:, 0], coal.y
-print(f"{counts.size} years, {counts.sum():.0f} disasters; likelihood the data set calls for: {coal.likelihood}")
+print(
+    f"{counts.size} years, {counts.sum():.0f} disasters; likelihood the data set calls for: {coal.likelihood}"
+)
 
 # %% [markdown]
 # ## The model, written by hand
@@ -111,12 +113,15 @@ plt.close(fig)
 
 # %%
 grid = np.linspace(year.min(), year.max(), 300)
-f_grid = br.predict_rbfn(
-    {**samples, "c": samples["c"]},
-    lambda s: SquaredExponential(lengthscale=s["lengthscale"], variance=s["variance"]),
-    Z,
-    grid,
-) + np.asarray(samples["c"])[:, None]
+f_grid = (
+    br.predict_rbfn(
+        {**samples, "c": samples["c"]},
+        lambda s: SquaredExponential(lengthscale=s["lengthscale"], variance=s["variance"]),
+        Z,
+        grid,
+    )
+    + np.asarray(samples["c"])[:, None]
+)
 rate = np.exp(f_grid)
 lo95, lo50, median, hi50, hi95 = np.quantile(rate, [0.025, 0.25, 0.5, 0.75, 0.975], axis=0)
 
