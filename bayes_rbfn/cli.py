@@ -1,7 +1,8 @@
 """The command line, ``bayes-rbfn`` (also ``python -m bayes_rbfn``): the main job of DESIGN §6.
 
-``bayes-rbfn fit`` with no arguments fits the default model (SoR GP with the trend + medium-term +
-seasonal ``co2`` kernel) to the packaged Mauna Loa CO2 record and writes an output folder with
+``bayes-rbfn fit`` with no arguments fits the main job's model (the DTC GP with a sampled linear mean and
+the trend + drift + medium-term + seasonal ``co2`` kernel, calibrated by backtest) to the packaged Mauna Loa
+CO2 record and writes an output folder with
 ``inference.nc``, ``summary.csv``, trace and rank plots, the posterior predictive plot (reaching past the
 end of the data), ``predictions.csv`` and ``report.txt``. ``bayes-rbfn fit DATA.csv --x COL … --y COL``
 does the same for the user's CSV file; ``bayes-rbfn datasets`` lists the packaged data sets.
@@ -77,6 +78,11 @@ DEFAULT_GROUPED_MODEL = "grouped"
 DEFAULT_KERNEL = "se"
 #: Packaged data sets whose natural kernel family is not the default one.
 DATASET_KERNELS = {"co2": "co2"}
+#: Packaged data sets with their own default model and prior mean. co2: the main job forecasts, so it takes
+#: the model and mean that the backtests on the record itself calibrated (README, "The main job"): DTC keeps
+#: the prior variance past the data that SoR loses, and a sampled linear mean carries the rise forward.
+DATASET_MODELS = {"co2": "dtc"}
+DATASET_MEANS = {"co2": "linear"}
 DEFAULT_MAX_TREE_DEPTH = 10
 #: fit(init=...) choices, as :data:`bayes_rbfn.inference.INITS` (not imported: building the parser must not
 #: load JAX before the XLA options are set; tests/test_cli.py checks the two agree).
@@ -508,8 +514,8 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
         "--model",
         metavar="NAME",
         type=_one_of("model", _model_names),
-        help=f"model (default {DEFAULT_MODEL}; {DEFAULT_GROUPED_MODEL} for grouped data; rbfn for a "
-        "non-Gaussian --likelihood); listed below",
+        help=f"model (default {DEFAULT_MODEL}; dtc for the co2 data set; {DEFAULT_GROUPED_MODEL} for grouped "
+        "data; rbfn for a non-Gaussian --likelihood); listed below",
     )
     model.add_argument(
         "--likelihood",
@@ -522,9 +528,9 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
         "--mean",
         metavar="MEAN",
         type=_mean_option,
-        default="constant",
-        help="prior mean of the latent f: constant (the data's mean, not sampled; the default), zero, "
-        "linear (intercept and slopes sampled), or a number",
+        default=None,
+        help="prior mean of the latent f: constant (the data's mean, not sampled; the default, but linear "
+        "for the co2 data set), zero, linear (intercept and slopes sampled), or a number",
     )
     _kernel_arguments(model, "co2 for the co2 data set, else " + DEFAULT_KERNEL, DEFAULT_NUM_INDUCING)
     _sampler_arguments(parser)
@@ -818,13 +824,21 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
     from bayes_rbfn.models.likelihoods import get_likelihood
 
     likelihood = get_likelihood(args.likelihood or (data.likelihood if args.data is None else "gaussian"))
+    packaged = data.name if args.data is None else ""
     if args.model is not None:
         model = args.model
     elif not likelihood.marginalisable:
         model = "rbfn"
+    elif data.group is not None:
+        model = DEFAULT_GROUPED_MODEL
     else:
-        model = DEFAULT_GROUPED_MODEL if data.group is not None else DEFAULT_MODEL
+        model = DATASET_MODELS.get(packaged, DEFAULT_MODEL)
     spec = get_model(model)
+    mean = args.mean
+    if mean is None:
+        mean = DATASET_MEANS.get(packaged, "constant")
+        if mean == "linear" and (spec.grouped or spec.family is not None):
+            mean = "constant"
     if likelihood.name not in spec.likelihoods:
         raise UserError(
             f"--likelihood {likelihood.name} needs the weight-space model (--model rbfn): the {model!r} "
@@ -834,7 +848,7 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
         likelihood.check(data.y)
     except ValueError as err:
         raise UserError("--" + str(err)) from None
-    if args.mean == "linear" and (spec.grouped or spec.family is not None):
+    if mean == "linear" and (spec.grouped or spec.family is not None):
         raise UserError(f"--mean linear: the {model!r} model takes a constant mean only")
     if spec.grouped and data.group is None:
         raise UserError(
@@ -859,7 +873,7 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
             notes=data.notes,
             likelihood=data.likelihood,
         )
-    kernel = args.kernel or DATASET_KERNELS.get(data.name if args.data is None else "", DEFAULT_KERNEL)
+    kernel = args.kernel or DATASET_KERNELS.get(packaged, DEFAULT_KERNEL)
 
     held_out, X_fit = None, data.X
     if args.holdout_after is not None or args.holdout is not None:
@@ -885,7 +899,7 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
                 f"--num-inducing {args.num_inducing} is more than the {distinct} distinct input value(s) in "
                 f"the data; choose at most {distinct}"
             )
-        default_M = DATASET_NUM_INDUCING.get(data.name if args.data is None else "", DEFAULT_NUM_INDUCING)
+        default_M = DATASET_NUM_INDUCING.get(packaged, DEFAULT_NUM_INDUCING)
         M = args.num_inducing if args.num_inducing is not None else min(default_M, distinct)
         try:
             Z = select_inducing(X_fit, M, seed=args.seed)  # a backtest chooses Z from the fitted data
@@ -916,13 +930,12 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
         seed=args.seed,
         target_accept=args.target_accept,
         dense_mass=(not spec.grouped) if args.dense_mass is None else bool(args.dense_mass),
-        max_tree_depth=args.max_tree_depth
-        or DATASET_TREE_DEPTHS.get(data.name if args.data is None else "", DEFAULT_MAX_TREE_DEPTH),
+        max_tree_depth=args.max_tree_depth or DATASET_TREE_DEPTHS.get(packaged, DEFAULT_MAX_TREE_DEPTH),
         out=Path(out),
         init=args.init,
         notes=notes,
         likelihood=likelihood.name,
-        mean=args.mean,
+        mean=mean,
         holdout_after=args.holdout_after,
         holdout=args.holdout,
         held_out=held_out,

@@ -334,20 +334,34 @@ def test_fit_grouped_csv(tmp_path, capsys):
 
 
 def test_main_job_defaults_on_co2(tmp_path, capsys):
-    """`bayes-rbfn fit` fits the co2 kernel to the packaged CO2 record and predicts past 2001."""
+    """`bayes-rbfn fit` fits the backtest-calibrated main job to the packaged CO2 record: the DTC model, the
+    co2 kernel with its drift term, a sampled linear mean, and a forecast past 2001 with no warning (DTC keeps
+    the prior variance past the inducing inputs)."""
     out = tmp_path / "co2"
     argv = ["fit", "--chains", "1", "--draws", "15", "--warmup", "15", "--num-inducing", "16", "--no-plots"]
     status, stdout, stderr = run_cli([*argv, "--quiet", "--out", out], capsys)
     assert status == 0, stderr
     idata = az.from_netcdf(out / "inference.nc")
     attrs = idata.posterior.attrs
-    assert attrs["bayes_rbfn_model"] == "sor" and attrs["bayes_rbfn_kernel"] == "co2"
-    assert "seasonal_variance" in idata.posterior and "medium_lengthscale" in idata.posterior
+    assert attrs["bayes_rbfn_model"] == "dtc" and attrs["bayes_rbfn_kernel"] == "co2"
+    for name in ("seasonal_variance", "medium_lengthscale", "drift_lengthscale", "drift_variance"):
+        assert name in idata.posterior, name
+    assert "mean_slope" in idata.posterior and "mean_intercept" in idata.posterior
     co2 = load_dataset("co2")
     assert idata.observed_data["y"].size == co2.y.size
     assert idata.predictions_constant_data["X_pred"].values.max() > co2.X.max() + 4.0  # years past the end
-    assert "co2_ppmv" in stdout
-    # sor forecasts past its last inducing input: the report says the band there cannot be trusted
+    assert "co2_ppmv" in stdout and "mean linear" in stdout
+    assert "Forecast warning" not in stdout
+
+
+def test_sor_forecast_past_the_inducing_inputs_is_flagged(tmp_path, capsys):
+    """sor forecasts past its last inducing input: the report says the band there cannot be trusted."""
+    out = tmp_path / "co2_sor"
+    argv = ["fit", "--model", "sor", "--mean", "constant", "--chains", "1", "--draws", "10", "--warmup", "10"]
+    argv += ["--num-inducing", "16", "--no-plots", "--quiet", "--out", out]
+    status, stdout, stderr = run_cli(argv, capsys)
+    assert status == 0, stderr
+    assert az.from_netcdf(out / "inference.nc").posterior.attrs["bayes_rbfn_model"] == "sor"
     assert "Forecast warning" in stdout and "past the last inducing input" in stdout
 
 
