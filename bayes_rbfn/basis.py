@@ -48,9 +48,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from bayes_rbfn import blr, linalg
-from bayes_rbfn._validation import as_float_array, check_positive, check_X, check_y, count_distinct_rows
 from bayes_rbfn.conditional import Gaussian
 from bayes_rbfn.kernels import Kernel, scaled_sqdist
+from bayes_rbfn.validation import as_float_array, check_positive, check_X, check_y, count_distinct_rows
 
 __all__ = ["blr_gp_predict", "eigen_basis", "grid_spacing", "regular_grid", "se_basis"]
 
@@ -268,9 +268,9 @@ def blr_gp_predict(Phi: Any, t: Any, Phi_test: Any, noise: Any, full_cov: bool =
     """
     with jax.ensure_compile_time_eval():
         noise = check_positive(noise, "noise")
-        Phi = blr._check_design(Phi, "Phi")
+        Phi = blr.check_design(Phi, "Phi")
         t = check_y(t, Phi.shape[0], "t")
-        Phi_test = blr._check_design(Phi_test, "Phi_test", num_basis=Phi.shape[1])
+        Phi_test = blr.check_design(Phi_test, "Phi_test", num_basis=Phi.shape[1])
     return _blr_gp_predict(Phi, t, Phi_test, noise, full_cov)
 
 
@@ -280,5 +280,5 @@ def _blr_gp_predict(
 ) -> Gaussian:
     # The jitted cores of blr.posterior and blr.predictive, fused into one compiled program.
     beta = 1.0 / noise**2
-    post = blr._posterior(Phi, t, jnp.ones((), dtype=Phi.dtype), beta)
-    return blr._predictive(Phi_test, post, beta, full_cov, False)
+    post = blr.posterior_unchecked(Phi, t, jnp.ones((), dtype=Phi.dtype), beta)
+    return blr.predictive_unchecked(Phi_test, post, beta, full_cov, False)

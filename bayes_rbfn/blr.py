@@ -20,8 +20,8 @@ The public functions accept NumPy or JAX arrays and raise ``ValueError`` naming 
 concrete input; inside ``jit``/``vmap`` the checks step aside for traced arguments and the functions
 stay traceable. The checks run under ``jax.ensure_compile_time_eval`` so that concrete arguments
 closed over inside a ``jit`` (a Python ``alpha=1.0``, say) stay concrete and are still checked. Each
-function validates and then calls a jitted core (``_posterior``, ``_predictive``, …), so an eager call
-compiles one XLA program per input shape rather than dispatching every primitive on its own.
+function validates and then calls a jitted core (``posterior_unchecked``, ``predictive_unchecked``, …),
+so an eager call compiles one XLA program per input shape rather than dispatching every primitive on its own.
 
 References
 ----------
@@ -40,17 +40,20 @@ import jax.numpy as jnp
 import numpy as np
 
 from bayes_rbfn import linalg
-from bayes_rbfn._validation import check_positive, check_X, check_y
 from bayes_rbfn.conditional import Gaussian
 from bayes_rbfn.kernels import scaled_sqdist
+from bayes_rbfn.validation import check_positive, check_X, check_y
 
 __all__ = [
     "BLRPosterior",
+    "check_design",
     "equivalent_kernel",
     "gaussian_basis",
     "log_evidence",
     "posterior",
+    "posterior_unchecked",
     "predictive",
+    "predictive_unchecked",
 ]
 
 _LOG_2PI = float(np.log(2.0 * np.pi))
@@ -89,7 +92,7 @@ def _cov_from_chol(L: jax.Array) -> jax.Array:
 # Validation helpers
 
 
-def _check_design(Phi: Any, name: str, num_basis: int | None = None) -> jax.Array:
+def check_design(Phi: Any, name: str, num_basis: int | None = None) -> jax.Array:
     """A design matrix (N, M): finite, two-dimensional, M matching ``num_basis``."""
     Phi_arr = Phi if isinstance(Phi, jax.core.Tracer) else np.asarray(Phi)
     if getattr(Phi_arr, "ndim", None) != 2:
@@ -146,7 +149,7 @@ def _gaussian_basis(X: jax.Array, centres: jax.Array, width: jax.Array, bias: bo
 
 
 @jax.jit
-def _posterior(Phi: jax.Array, t: jax.Array, alpha: jax.Array, beta: jax.Array) -> BLRPosterior:
+def posterior_unchecked(Phi: jax.Array, t: jax.Array, alpha: jax.Array, beta: jax.Array) -> BLRPosterior:
     A = alpha * jnp.eye(Phi.shape[1], dtype=Phi.dtype) + beta * (Phi.T @ Phi)
     # A ⪰ αI: no jitter needed (see the module docstring).
     L = linalg.cholesky(A, jitter=0.0)
@@ -169,11 +172,11 @@ def posterior(Phi: Any, t: Any, alpha: Any, beta: Any) -> BLRPosterior:
         :class:`BLRPosterior` with ``mean`` m_N (M,) and ``chol_precision`` (M, M); ``.cov`` gives S_N.
     """
     with jax.ensure_compile_time_eval():
-        Phi = _check_design(Phi, "Phi")
+        Phi = check_design(Phi, "Phi")
         t = check_y(t, Phi.shape[0], "t")
         alpha = check_positive(alpha, "alpha")
         beta = check_positive(beta, "beta")
-    return _posterior(Phi, t, alpha, beta)
+    return posterior_unchecked(Phi, t, alpha, beta)
 
 
 def predictive(
@@ -200,13 +203,13 @@ def predictive(
     """
     with jax.ensure_compile_time_eval():
         posterior = _check_posterior(posterior)
-        Phi_test = _check_design(Phi_test, "Phi_test", num_basis=posterior.mean.shape[0])
+        Phi_test = check_design(Phi_test, "Phi_test", num_basis=posterior.mean.shape[0])
         beta = check_positive(beta, "beta")
-    return _predictive(Phi_test, posterior, beta, full_cov, include_noise)
+    return predictive_unchecked(Phi_test, posterior, beta, full_cov, include_noise)
 
 
 @partial(jax.jit, static_argnames=("full_cov", "include_noise"))
-def _predictive(
+def predictive_unchecked(
     Phi_test: jax.Array, post: BLRPosterior, beta: jax.Array, full_cov: bool, include_noise: bool
 ) -> Gaussian:
     mean = Phi_test @ post.mean
@@ -237,8 +240,8 @@ def equivalent_kernel(Phi1: Any, Phi2: Any, posterior: BLRPosterior, beta: Any) 
     with jax.ensure_compile_time_eval():
         posterior = _check_posterior(posterior)
         M = posterior.mean.shape[0]
-        Phi1 = _check_design(Phi1, "Phi1", num_basis=M)
-        Phi2 = _check_design(Phi2, "Phi2", num_basis=M)
+        Phi1 = check_design(Phi1, "Phi1", num_basis=M)
+        Phi2 = check_design(Phi2, "Phi2", num_basis=M)
         beta = check_positive(beta, "beta")
     return _equivalent_kernel(Phi1, Phi2, posterior, beta)
 
@@ -265,7 +268,7 @@ def log_evidence(Phi: Any, t: Any, alpha: Any, beta: Any) -> jax.Array:
         The log evidence, a scalar.
     """
     with jax.ensure_compile_time_eval():
-        Phi = _check_design(Phi, "Phi")
+        Phi = check_design(Phi, "Phi")
         t = check_y(t, Phi.shape[0], "t")
         alpha = check_positive(alpha, "alpha")
         beta = check_positive(beta, "beta")
@@ -275,7 +278,7 @@ def log_evidence(Phi: Any, t: Any, alpha: Any, beta: Any) -> jax.Array:
 @jax.jit
 def _log_evidence(Phi: jax.Array, t: jax.Array, alpha: jax.Array, beta: jax.Array) -> jax.Array:
     N, M = Phi.shape
-    post = _posterior(Phi, t, alpha, beta)
+    post = posterior_unchecked(Phi, t, alpha, beta)
     residual = t - Phi @ post.mean
     E = 0.5 * beta * jnp.sum(residual * residual) + 0.5 * alpha * jnp.sum(post.mean * post.mean)
     return (

@@ -50,6 +50,7 @@ __all__ = [
     "fingerprint",
     "read_checkpoint",
     "sample_in_chunks",
+    "write_manifest",
 ]
 
 CHECKPOINT_FILE = "checkpoint.json"
@@ -149,7 +150,7 @@ def read_checkpoint(folder: str | os.PathLike[str]) -> CheckpointInfo:
     return info
 
 
-def _write_manifest(folder: Path, run_fingerprint: dict, done: int, total: int, files: dict) -> None:
+def write_manifest(folder: Path, run_fingerprint: dict, done: int, total: int, files: dict) -> None:
     record = {
         "format": FORMAT,
         "version": VERSION,
@@ -271,7 +272,7 @@ def sample_in_chunks(
             new_files[state_name] = _save_npz(folder / state_name, state_leaves)
             stale = [n for n in files if n.startswith("state-")]
             files = {n: h for n, h in files.items() if n not in stale} | new_files
-            _write_manifest(folder, run_fingerprint, done, total, files)
+            write_manifest(folder, run_fingerprint, done, total, files)
             for name in stale:
                 (folder / name).unlink(missing_ok=True)
             if bar is not None:

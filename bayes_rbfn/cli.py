@@ -65,6 +65,7 @@ __all__ = [
     "command",
     "configure_jax",
     "main",
+    "plan_compare",
 ]
 
 PROG = "bayes-rbfn"
@@ -813,10 +814,10 @@ def _prediction_inputs(data: Dataset, extend: float) -> tuple[np.ndarray, np.nda
 
 def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
     """Load and check everything, so that no user error can surface after sampling has started."""
-    from bayes_rbfn._validation import count_distinct_rows
     from bayes_rbfn.inducing import select_inducing
     from bayes_rbfn.models import get_model
     from bayes_rbfn.output import default_output_dir, prepare_output_dir
+    from bayes_rbfn.validation import count_distinct_rows
 
     data, source = _load_data(args)
     notes = [data.notes] if data.notes else []
@@ -1332,7 +1333,8 @@ def _band_of_the_mean(idata: Any, plan: FitPlan) -> tuple[Any, np.ndarray, np.nd
 def _collapsed_points(plan: FitPlan, idata: Any) -> int:
     """Prediction inputs where SoR/RBFN keep less than half the prior variance (posterior mean over at
     most 200 draws); 0 for models whose predictive cannot collapse."""
-    from bayes_rbfn.compare import COLLAPSE_THRESHOLD, VARIANCE_COLLAPSE_MODELS, variance_collapse
+    from bayes_rbfn.collapse import COLLAPSE_THRESHOLD, VARIANCE_COLLAPSE_MODELS
+    from bayes_rbfn.compare import variance_collapse
 
     if plan.model not in VARIANCE_COLLAPSE_MODELS or plan.Z is None or plan.Z.ndim != 2:
         return 0
@@ -1688,11 +1690,11 @@ class ComparePlan:
     notes: list[str] = field(default_factory=list)
 
 
-def _plan_compare(args: argparse.Namespace) -> ComparePlan:
+def plan_compare(args: argparse.Namespace) -> ComparePlan:
     """Load and check everything before the first fit (no user error after sampling has started)."""
-    from bayes_rbfn._validation import count_distinct_rows
     from bayes_rbfn.inducing import select_inducing
     from bayes_rbfn.output import default_output_dir, prepare_output_dir
+    from bayes_rbfn.validation import count_distinct_rows
 
     data, source = _load_data(args, DEFAULT_COMPARE_DATASET)
     notes = [data.notes] if data.notes else []
@@ -1795,7 +1797,7 @@ def _run_compare(args: argparse.Namespace, console: Console) -> int:
     start = time.perf_counter()
     configure_jax()
     with _quiet_libraries():
-        plan = _plan_compare(args)
+        plan = plan_compare(args)
         d = plan.data
         console.say(
             f"Data: {plan.source} — {len(plan.train):,} training rows"

@@ -30,8 +30,9 @@ held-out density to compare predictives.
 Variance collapse (DESIGN §3.4). SoR's predictive variance (and the RBFN's) vanishes where the Nyström
 covariance loses the prior variance, 1 − Q_**/K_** → 1. :func:`variance_collapse` evaluates that fraction
 at the prediction inputs, averaged over the posterior draws, and warns
-(:class:`bayes_rbfn.sparse.VarianceCollapseWarning`) when a model in :data:`VARIANCE_COLLAPSE_MODELS` is
-asked to predict where most of it is gone; :func:`compare_models` runs it for every such model.
+(:class:`bayes_rbfn.sparse.VarianceCollapseWarning`, through :func:`bayes_rbfn.collapse.collapse_check`)
+when a model in :data:`~bayes_rbfn.collapse.VARIANCE_COLLAPSE_MODELS` is asked to predict where most of it
+is gone; :func:`compare_models` runs it for every such model, and :func:`bayes_rbfn.fit` after sampling.
 
 Monte Carlo error of elpd_test. With p̂_i = (1/S) Σ_s p_is, the delta method gives
 Σ_i log p̂_i ≈ const + (1/S) Σ_s g_s with g_s = Σ_i p_is / p̂_i, so the MCSE of elpd_test is the MCSE of
@@ -58,20 +59,18 @@ from pathlib import Path
 from typing import Any
 
 import arviz as az
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 from scipy.special import logsumexp
 
-from bayes_rbfn import sparse
-from bayes_rbfn._validation import check_X, check_y
+from bayes_rbfn.collapse import COLLAPSE_THRESHOLD, VARIANCE_COLLAPSE_MODELS, collapse_check
 from bayes_rbfn.diagnostics import check_convergence
 from bayes_rbfn.inference import fit, rebuild
-from bayes_rbfn.models import ModelConfig, ModelSpec, get_model
+from bayes_rbfn.models import ModelSpec, get_model
 from bayes_rbfn.output import atomic_output_dir
-from bayes_rbfn.predictive import DEFAULT_BATCH, mixture_moments
+from bayes_rbfn.predictive import mixture_moments
 from bayes_rbfn.predictive import predict as posterior_predict
+from bayes_rbfn.validation import check_X, check_y
 
 __all__ = [
     "COLLAPSE_THRESHOLD",
@@ -86,16 +85,6 @@ __all__ = [
     "predictive_bands",
     "variance_collapse",
 ]
-
-#: Models whose predictive variance collapses away from the inducing inputs (their test-point prior is Q_**).
-VARIANCE_COLLAPSE_MODELS: tuple[str, ...] = ("sor", "rbfn")
-
-#: Share of the prior variance lost (1 − Q_**/K_**) above which a prediction point counts as collapsed.
-COLLAPSE_THRESHOLD = 0.5
-
-#: Draws evaluated together by :func:`collapse_check` (memory: this × test batch × M).
-_DRAW_BATCH = 64
-
 
 # --------------------------------------------------------------------------------------------------
 # Held-out log predictive density
@@ -157,75 +146,6 @@ def elpd_test(f_mean: Any, f_var: Any, noise: Any, y_test: Any) -> ElpdTest:
 
 # --------------------------------------------------------------------------------------------------
 # Variance collapse
-
-
-def collapse_check(
-    config: ModelConfig,
-    Z: Any,
-    params: Mapping[str, Any],
-    X_eval: Any,
-    *,
-    model: str = "sor",
-    threshold: float = COLLAPSE_THRESHOLD,
-    warn: bool = True,
-) -> np.ndarray:
-    """Posterior-mean share of the prior variance the Nyström prior loses at X_eval, and a warning.
-
-    Computes mean_s [1 − Q_**/K_**](θ_s) over the posterior draws θ_s (:func:`bayes_rbfn.sparse.
-    prior_variance_lost`, DESIGN §3.4) and, when ``warn`` and some point exceeds ``threshold``, issues a
-    :class:`~bayes_rbfn.sparse.VarianceCollapseWarning` naming ``model``. This is the hook for a driver
-    that holds the model's pieces; :func:`bayes_rbfn.fit` could warn on every SoR/RBFN fit with one line
-    after sampling (``params = posterior_params(samples, config.fixed)``)::
-
-        if check_diagnostics and spec.name in VARIANCE_COLLAPSE_MODELS:
-            collapse_check(config, Z, params, X_pred, model=spec.name)
-
-    Args:
-        config: the model's :class:`~bayes_rbfn.models.ModelConfig` (its family builds the kernel).
-        Z: (M, D) inducing inputs. params: draws {name: (chains, draws, ...)}, pinned values merged.
-        X_eval: (S, D) prediction inputs. model: name used in the warning. threshold: in [0, 1).
-        warn: issue the warning (otherwise only compute).
-
-    Returns:
-        (S,) the share lost per point, in [0, 1].
-    """
-    threshold = float(threshold)
-    if not 0.0 <= threshold < 1.0:
-        raise ValueError(f"threshold: expected a number in [0, 1), got {threshold!r}")
-    Z = jnp.asarray(Z)
-    if Z.ndim != 2:
-        raise ValueError(f"Z: expected (M, D) inducing inputs, got shape {tuple(Z.shape)}")
-    X_eval = check_X(X_eval, "X_eval", dim=Z.shape[1])
-    leaves = jax.tree_util.tree_leaves(params)
-    total = int(np.prod(leaves[0].shape[:2]))
-    flat = {k: jnp.reshape(jnp.asarray(v), (total, *np.shape(v)[2:])) for k, v in params.items()}
-
-    @jax.jit
-    def mean_lost(p, Xb):
-        def one(q):
-            return sparse.prior_variance_lost(config.family.build(q), Z, Xb, config.jitter)
-
-        return jnp.mean(jax.lax.map(one, p, batch_size=min(_DRAW_BATCH, total)), axis=0)
-
-    lost = np.concatenate(
-        [
-            np.asarray(mean_lost(flat, X_eval[s : s + DEFAULT_BATCH]))
-            for s in range(0, X_eval.shape[0], DEFAULT_BATCH)
-        ]
-    )
-    n_bad = int(np.sum(lost > threshold))
-    if warn and n_bad:
-        n = lost.size
-        warnings.warn(
-            f"{model}: the predictive variance has collapsed at {n_bad} of {n} prediction point(s) "
-            f"({n_bad / n:.0%}): there the Nyström prior keeps less than {1 - threshold:.0%} of the prior "
-            "variance (posterior mean of Q_**/K_**), so the latent variance is near 0 and y*'s near σ² — "
-            "overconfident far from the inducing inputs. Use dtc, fitc, vfe or asor, which keep the prior "
-            "variance there, or add inducing inputs near those points.",
-            sparse.VarianceCollapseWarning,
-            stacklevel=2,
-        )
-    return lost
 
 
 def variance_collapse(

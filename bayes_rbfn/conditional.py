@@ -33,11 +33,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from bayes_rbfn import linalg
-from bayes_rbfn._validation import check_positive, check_X, check_y, check_Z
-from bayes_rbfn.kernels import Kernel, _check_positive
+from bayes_rbfn.kernels import Kernel, check_positive_parameter
+from bayes_rbfn.validation import check_positive, check_X, check_y, check_Z
 
 __all__ = [
     "Gaussian",
+    "check_kernel",
+    "check_regression_inputs",
     "condition_gaussian",
     "exact_factor",
     "exact_gp",
@@ -47,6 +49,7 @@ __all__ = [
     "loo_from_precision",
     "loo_log_density",
     "nystrom_krr",
+    "raise_if_not_finite",
     "rbf_ridge",
     "rbfn_weights",
     "sor",
@@ -68,7 +71,7 @@ class Gaussian:
     cov: jax.Array | None = None
 
 
-def _raise_if_not_finite(result: Any, what: str) -> None:
+def raise_if_not_finite(result: Any, what: str) -> None:
     leaves = [x for x in jax.tree_util.tree_leaves(result) if not isinstance(x, jax.core.Tracer)]
     for leaf in leaves:
         if not np.all(np.isfinite(np.asarray(leaf))):
@@ -106,7 +109,7 @@ def condition_gaussian(
     else:
         prior_var = jnp.diagonal(S_bb) if S_bb.ndim == 2 else S_bb
         result = Gaussian(mean=mean, var=prior_var - jnp.sum(W * W, axis=0))
-    _raise_if_not_finite(result, "condition_gaussian")
+    raise_if_not_finite(result, "condition_gaussian")
     return result
 
 
@@ -211,7 +214,7 @@ def woodbury_loo(factor: linalg.Woodbury, Kuf: jax.Array, y: jax.Array, d: jax.A
 # Public, validated entry points
 
 
-def _prepare(X: Any, y: Any, noise: Any, Z: Any = None, X_test: Any = None):
+def check_regression_inputs(X: Any, y: Any, noise: Any, Z: Any = None, X_test: Any = None):
     X = check_X(X, "X")
     y = check_y(y, X.shape[0])
     noise = check_positive(noise, "noise")
@@ -220,7 +223,7 @@ def _prepare(X: Any, y: Any, noise: Any, Z: Any = None, X_test: Any = None):
     return X, y, noise, Z, X_test
 
 
-def _check_kernel(kernel: Any, dim: int) -> None:
+def check_kernel(kernel: Any, dim: int) -> None:
     """A Kernel whose concrete hyperparameters are positive and sized for ``dim`` input dimensions.
 
     The constructors already check positivity, but a kernel rebuilt as a pytree (``tree_map``,
@@ -232,12 +235,12 @@ def _check_kernel(kernel: Any, dim: int) -> None:
     for name in kernel.params:
         value = getattr(kernel, name)
         if isinstance(value, Kernel):
-            _check_kernel(value, dim)
+            check_kernel(value, dim)
             continue
         if isinstance(value, jax.core.Tracer):
             continue
         if name in kernel.positive:
-            _check_positive(type(kernel).__name__, name, value)
+            check_positive_parameter(type(kernel).__name__, name, value)
         if name in ("lengthscale", "period"):
             shape = np.shape(value)
             if len(shape) > 1 or (len(shape) == 1 and shape[0] not in (1, dim)):
@@ -257,10 +260,10 @@ def exact_gp(kernel: Kernel, X: Any, y: Any, noise: Any, X_test: Any, full_cov: 
     Returns:
         :class:`Gaussian` with ``mean`` (S,), ``var`` (S,) and ``cov`` (S, S) when ``full_cov``.
     """
-    X, y, noise, _, X_test = _prepare(X, y, noise, X_test=X_test)
-    _check_kernel(kernel, X.shape[1])
+    X, y, noise, _, X_test = check_regression_inputs(X, y, noise, X_test=X_test)
+    check_kernel(kernel, X.shape[1])
     result = exact_predict(kernel, X, y, noise, X_test, full_cov)
-    _raise_if_not_finite(result, "exact_gp")
+    raise_if_not_finite(result, "exact_gp")
     return result
 
 
@@ -285,11 +288,11 @@ def sor(
         noise: σ > 0. X_test: (S, D) or (S,). full_cov: also return the (S, S) covariance.
         jitter: relative jitter on K_uu (``None``: the policy of :mod:`bayes_rbfn.linalg`).
     """
-    X, y, noise, Z, X_test = _prepare(X, y, noise, Z, X_test)
-    _check_kernel(kernel, X.shape[1])
+    X, y, noise, Z, X_test = check_regression_inputs(X, y, noise, Z, X_test)
+    check_kernel(kernel, X.shape[1])
     factor, _ = sor_factor(kernel, X, y, Z, noise, jitter)
     result = sor_predict(factor, kernel, Z, X_test, full_cov)
-    _raise_if_not_finite(result, "sor")
+    raise_if_not_finite(result, "sor")
     return result
 
 
@@ -299,13 +302,13 @@ def rbfn_weights(kernel: Kernel, X: Any, y: Any, Z: Any, noise: Any, jitter: flo
     The prior is α ~ N(0, K_uu⁻¹) and the likelihood y ~ N(K_fu α, σ²I). Returns ``mean`` (M,),
     ``cov`` (M, M) and ``var`` (M,).
     """
-    X, y, noise, Z, _ = _prepare(X, y, noise, Z)
-    _check_kernel(kernel, X.shape[1])
+    X, y, noise, Z, _ = check_regression_inputs(X, y, noise, Z)
+    check_kernel(kernel, X.shape[1])
     factor, _ = sor_factor(kernel, X, y, Z, noise, jitter)
     R = factor.weight_cov_factor()
     cov = R.T @ R
     result = Gaussian(mean=factor.weight_mean(), var=jnp.diagonal(cov), cov=cov)
-    _raise_if_not_finite(result, "rbfn_weights")
+    raise_if_not_finite(result, "rbfn_weights")
     return result
 
 
@@ -319,11 +322,11 @@ def nystrom_krr(
     whitened form. Right to left as written, (Q_ff + σ²I)⁻¹ y = y/σ² − (…)/σ² cancels catastrophically
     as σ → 0 (relative error ~ ε s²/σ²); this form does not. Returns the mean, shape (S,).
     """
-    X, y, noise, Z, X_test = _prepare(X, y, noise, Z, X_test)
-    _check_kernel(kernel, X.shape[1])
+    X, y, noise, Z, X_test = check_regression_inputs(X, y, noise, Z, X_test)
+    check_kernel(kernel, X.shape[1])
     factor, _ = sor_factor(kernel, X, y, Z, noise, jitter)
     mean = kernel(X_test, Z) @ factor.weight_mean()
-    _raise_if_not_finite(mean, "nystrom_krr")
+    raise_if_not_finite(mean, "nystrom_krr")
     return mean
 
 
@@ -336,15 +339,15 @@ def rbf_ridge(
     as written with a Cholesky factor of the M×M system (K_uu carries the jitter of the policy).
     Returns the mean, shape (S,).
     """
-    X, y, noise, Z, X_test = _prepare(X, y, noise, Z, X_test)
-    _check_kernel(kernel, X.shape[1])
+    X, y, noise, Z, X_test = check_regression_inputs(X, y, noise, Z, X_test)
+    check_kernel(kernel, X.shape[1])
     Kuu = kernel(Z, Z)
     jit_rel = linalg.default_jitter(Kuu.dtype) if jitter is None else jitter
     Kuu = Kuu + jit_rel * jnp.mean(jnp.diagonal(Kuu)) * jnp.eye(Kuu.shape[0], dtype=Kuu.dtype)
     Kuf = kernel(Z, X)
     L = linalg.cholesky(Kuf @ Kuf.T + noise**2 * Kuu, jitter=0.0)
     mean = kernel(X_test, Z) @ linalg.cho_solve(L, Kuf @ y)
-    _raise_if_not_finite(mean, "rbf_ridge")
+    raise_if_not_finite(mean, "rbf_ridge")
     return mean
 
 
@@ -353,13 +356,13 @@ def log_marginal_likelihood(
 ) -> jax.Array:
     """log p(y): exact GP ``log N(y | 0, K_ff + σ²I)`` when Z is None (eq. (2.30) of [1]), else SoR's
     ``log N(y | 0, Q_ff + σ²I)`` in O(NM²) (eq. (17) of [2] with Λ = 0)."""
-    X, y, noise, Z, _ = _prepare(X, y, noise, Z)
-    _check_kernel(kernel, X.shape[1])
+    X, y, noise, Z, _ = check_regression_inputs(X, y, noise, Z)
+    check_kernel(kernel, X.shape[1])
     if Z is None:
         value = exact_log_marginal(kernel, X, y, noise)
     else:
         value = sor_factor(kernel, X, y, Z, noise, jitter)[0].log_marginal_likelihood()
-    _raise_if_not_finite(value, "log_marginal_likelihood")
+    raise_if_not_finite(value, "log_marginal_likelihood")
     return value
 
 
@@ -370,12 +373,12 @@ def loo_log_density(
 
     These are what the models store as ``log_likelihood`` for PSIS-LOO (DESIGN §6; [4]).
     """
-    X, y, noise, Z, _ = _prepare(X, y, noise, Z)
-    _check_kernel(kernel, X.shape[1])
+    X, y, noise, Z, _ = check_regression_inputs(X, y, noise, Z)
+    check_kernel(kernel, X.shape[1])
     if Z is None:
         value = exact_loo(kernel, X, y, noise)
     else:
         factor, Kuf = sor_factor(kernel, X, y, Z, noise, jitter)
         value = woodbury_loo(factor, Kuf, y, noise**2)
-    _raise_if_not_finite(value, "loo_log_density")
+    raise_if_not_finite(value, "loo_log_density")
     return value

@@ -28,14 +28,15 @@ import numpyro.distributions as dist
 from numpyro.infer import MCMC, NUTS, init_to_median, init_to_value
 
 from bayes_rbfn import diagnostics
-from bayes_rbfn._validation import check_positive, check_X, check_y, check_Z
 from bayes_rbfn.checkpoint import DEFAULT_CHUNK_SIZE, fingerprint, sample_in_chunks
-from bayes_rbfn.families import FAMILIES, data_scales, get_family
+from bayes_rbfn.families import data_scales, get_family
 from bayes_rbfn.inducing import select_inducing
 from bayes_rbfn.models import ModelConfig, ModelSpec, get_model
 from bayes_rbfn.models.likelihoods import Likelihood, get_likelihood
 from bayes_rbfn.predictive import draw_work, model_moments
 from bayes_rbfn.runtime import single_threaded_blas
+from bayes_rbfn.schema import posterior_params, rebuild
+from bayes_rbfn.validation import check_positive, check_X, check_y, check_Z
 
 __all__ = [
     "DEFAULT_NUM_INDUCING",
@@ -50,6 +51,7 @@ __all__ = [
     "posterior_params",
     "prior_predictive",
     "rebuild",
+    "window_estimates_full_rank",
 ]
 
 #: Inducing inputs chosen when neither Z nor num_inducing is given (capped by the distinct inputs).
@@ -134,7 +136,7 @@ def laplace_start(model: Any, model_args: tuple, seed: int = 0, *, maxiter: int 
     return {k: values[k] for k in info.param_info.z}, linalg.cho_solve(L, eye)
 
 
-def _window_estimates_full_rank(num_params: int, warmup: int, dense: bool) -> bool:
+def window_estimates_full_rank(num_params: int, warmup: int, dense: bool) -> bool:
     """Whether every mass-matrix estimate of NumPyro's warm-up schedule comes from enough draws to be
     positive definite unshrunk: more draws than parameters for a dense matrix, two for a diagonal one."""
     from numpyro.infer.hmc_util import build_adaptation_schedule
@@ -226,21 +228,6 @@ def _chain_method(chains: int, requested: str | None) -> str:
     if chains > 1 and jax.local_device_count() >= chains:
         return "parallel"
     return "sequential" if chains == 1 else "vectorized"
-
-
-def posterior_params(idata_or_samples: Any, fixed: Mapping[str, Any] | None = None) -> dict[str, jax.Array]:
-    """Draws as a dict {name: (chains, draws, ...)} merged with the pinned values (broadcast)."""
-    if hasattr(idata_or_samples, "posterior"):
-        post = idata_or_samples.posterior
-        samples = {k: jnp.asarray(post[k].values) for k in post.data_vars}
-    else:
-        samples = {k: jnp.asarray(v) for k, v in idata_or_samples.items()}
-    lead = next(iter(samples.values())).shape[:2] if samples else (1, 1)
-    for name, value in (fixed or {}).items():
-        if name not in samples:
-            value = jnp.asarray(value)
-            samples[name] = jnp.broadcast_to(value, (*lead, *value.shape))
-    return samples
 
 
 def _map_draws(fn: Any, params: Mapping[str, Any], per_draw_elements: int, data: Any = None) -> np.ndarray:
@@ -610,7 +597,7 @@ def fit(
         # are taken as they are — where every window has more draws than there are parameters, so that
         # an unshrunk dense estimate cannot be singular.
         regularize_mass_matrix=inverse_mass_matrix is None
-        or not _window_estimates_full_rank(inverse_mass_matrix.shape[0], warmup, dense_mass),
+        or not window_estimates_full_rank(inverse_mass_matrix.shape[0], warmup, dense_mass),
     )
     mcmc = MCMC(
         kernel_nuts,
@@ -689,7 +676,7 @@ _COLLAPSE_DRAWS = 200
 def _warn_if_collapsed(spec: ModelSpec, config: ModelConfig, Z: Any, samples: dict, X_pred: Any) -> None:
     """Warn (VarianceCollapseWarning) when SoR/RBFN predictions at X_pred have lost most of the prior
     variance (DESIGN §3.4), from a thinned set of draws."""
-    from bayes_rbfn.compare import VARIANCE_COLLAPSE_MODELS, collapse_check
+    from bayes_rbfn.collapse import VARIANCE_COLLAPSE_MODELS, collapse_check
 
     if spec.name not in VARIANCE_COLLAPSE_MODELS or Z is None or np.ndim(Z) != 2:
         return
@@ -970,58 +957,3 @@ def _to_inference_data(
     }
     idata.posterior.attrs.update(attrs)
     return idata
-
-
-def rebuild(idata: Any) -> tuple[ModelSpec, ModelConfig, dict, dict]:
-    """(spec, config, data, params) of a fit, from its InferenceData (in memory or from inference.nc)."""
-    attrs = idata.posterior.attrs
-    if "bayes_rbfn_model" not in attrs:
-        raise ValueError("idata: not written by bayes_rbfn.fit (no bayes_rbfn_model attribute)")
-    spec = get_model(str(attrs["bayes_rbfn_model"]))
-    kernel_name = str(attrs["bayes_rbfn_kernel"])
-    if spec.family is None and kernel_name not in FAMILIES:
-        raise ValueError(
-            f"idata: the kernel {kernel_name!r} was a fixed kernel object; it cannot be rebuilt from the file"
-        )
-    family = spec.family if spec.family is not None else FAMILIES[kernel_name]
-    fixed = {k: jnp.asarray(v) for k, v in json.loads(str(attrs.get("bayes_rbfn_fixed", "{}"))).items()}
-    jitter_attr = attrs.get("bayes_rbfn_jitter", "")
-    jitter = None if jitter_attr in ("", None) else float(jitter_attr)
-    mean = str(attrs.get("bayes_rbfn_mean", "constant"))
-    if mean == "callable":
-        raise ValueError(
-            "idata: the fit's prior mean was a Python callable; it cannot be rebuilt from the file"
-        )
-    config = ModelConfig(
-        family=family,
-        priors={},
-        fixed=fixed,
-        hyperprior=bool(attrs.get("bayes_rbfn_hyperprior", 0)),
-        jitter=jitter,
-        likelihood=get_likelihood(str(attrs.get("bayes_rbfn_likelihood", "gaussian"))),
-        mean=mean,
-    )
-    cd = idata.constant_data
-    pcd = idata.predictions_constant_data if "predictions_constant_data" in idata.groups() else cd
-    X = jnp.asarray(cd["X"].values)
-    y = jnp.asarray(idata.observed_data["y"].values)
-    Z = jnp.asarray(cd["Z"].values) if "Z" in cd else None
-    if spec.grouped:
-        from bayes_rbfn.models import grouped
-
-        data, _ = grouped.prepare(
-            X,
-            y,
-            Z,
-            cd["y_offset"].values,
-            cd["obs_group"].values,
-            pcd["pred_group"].values,
-            pcd["X_pred"].values,
-        )
-    else:
-        # arviz stores the scalar offset with one element
-        data = {"X": X, "y": y, "y_offset": jnp.asarray(cd["y_offset"].values).reshape(())}
-        data["x_centre"] = jnp.asarray(cd["x_centre"].values) if "x_centre" in cd else jnp.mean(X, axis=0)
-        if Z is not None:
-            data["Z"] = Z
-    return spec, config, data, posterior_params(idata, fixed)

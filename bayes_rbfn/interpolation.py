@@ -53,8 +53,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from bayes_rbfn import linalg
-from bayes_rbfn._validation import check_X, check_y, count_distinct_rows
 from bayes_rbfn.kernels import Kernel, as_2d, safe_sqrt, scaled_sqdist
+from bayes_rbfn.validation import check_X, check_y, count_distinct_rows
 
 __all__ = [
     "Cubic",

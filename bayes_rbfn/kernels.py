@@ -38,6 +38,7 @@ __all__ = [
     "SquaredExponential",
     "Sum",
     "as_2d",
+    "check_positive_parameter",
     "safe_sqrt",
     "scaled_sqdist",
 ]
@@ -92,7 +93,7 @@ def _is_concrete(value: Any) -> bool:
     return not isinstance(value, jax.core.Tracer)
 
 
-def _check_positive(cls_name: str, name: str, value: Any) -> None:
+def check_positive_parameter(cls_name: str, name: str, value: Any) -> None:
     """Raise ``ValueError`` when a concrete hyperparameter is not finite and positive."""
     if not _is_concrete(value):
         return
@@ -136,7 +137,7 @@ class Kernel:
     def _set(self, **values: Any) -> None:
         for name, value in values.items():
             if name in self.positive:
-                _check_positive(type(self).__name__, name, value)
+                check_positive_parameter(type(self).__name__, name, value)
             object.__setattr__(self, name, jnp.asarray(value) if _is_concrete(value) else value)
 
     def __setattr__(self, name: str, value: Any) -> None:

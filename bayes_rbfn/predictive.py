@@ -24,6 +24,7 @@ import numpy as np
 
 __all__ = [
     "Predictive",
+    "compiled_predict",
     "draw_devices",
     "mixture_moments",
     "mixture_quantiles",
@@ -113,7 +114,7 @@ def per_draw_moments(
     flat = jax.tree_util.tree_map(lambda a: np.asarray(a).reshape(chains * draws, *np.shape(a)[2:]), params)
     total = chains * draws
     draw_batch = total if draw_batch is None else max(1, min(draw_batch, total))
-    fn = _compiled(predict_fn, data is not None)
+    fn = compiled_predict(predict_fn, data is not None)
     S = X_test.shape[0]
     batch_size = S if batch_size is None else max(1, min(int(batch_size), S))
     means = np.empty((total, S))
@@ -224,7 +225,7 @@ def _pad_rows(a: Any, n: int) -> Any:
     return xp.concatenate([a, xp.repeat(a[-1:], n - k, axis=0)])
 
 
-def _compiled(predict_fn: Any, with_data: bool = False) -> Any:
+def compiled_predict(predict_fn: Any, with_data: bool = False) -> Any:
     """Jitted, draw-vmapped ``predict_fn``; test inputs, data and extras are shared by all draws."""
 
     def over_draws(p, Xb, data, *eb):
@@ -340,10 +341,10 @@ def predict(idata: Any, X_test: Any, *, group: Any = None, batch_size: int | Non
             streams (``sor``: each draw's factor computed once, draws batched within
             :data:`STREAM_BUDGET`), else :data:`DEFAULT_BATCH` (see :func:`model_moments`).
     """
-    from bayes_rbfn.inference import rebuild
+    from bayes_rbfn.schema import rebuild
 
     spec, config, data, params = rebuild(idata)
-    from bayes_rbfn._validation import check_X
+    from bayes_rbfn.validation import check_X
 
     X_test = check_X(X_test, "X_test", dim=data["X"].shape[-1])
     extra: tuple = ()

@@ -58,16 +58,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from bayes_rbfn import linalg
-from bayes_rbfn._validation import check_X, check_Z
 from bayes_rbfn.conditional import (
     Gaussian,
-    _check_kernel,
-    _prepare,
-    _raise_if_not_finite,
+    check_kernel,
+    check_regression_inputs,
+    raise_if_not_finite,
     sor_factor,
     woodbury_loo,
 )
 from bayes_rbfn.kernels import Kernel
+from bayes_rbfn.validation import check_X, check_Z
 
 __all__ = [
     "METHODS",
@@ -317,14 +317,14 @@ def _predict(
     method: str, kernel: Any, X: Any, y: Any, Z: Any, noise: Any, X_test: Any, full_cov: bool, jitter: Any
 ) -> Gaussian:
     jitter = _check_jitter(jitter)
-    X, y, noise, Z, X_test = _prepare(X, y, noise, Z, X_test)
-    _check_kernel(kernel, X.shape[1])
+    X, y, noise, Z, X_test = check_regression_inputs(X, y, noise, Z, X_test)
+    check_kernel(kernel, X.shape[1])
     if method == "fitc":
         result = fitc_predict(fitc_factor(kernel, X, y, Z, noise, jitter)[0], kernel, Z, X_test, full_cov)
     else:
         predict = vfe_predict if method == "vfe" else dtc_predict
         result = predict(dtc_factor(kernel, X, y, Z, noise, jitter)[0], kernel, Z, X_test, full_cov)
-    _raise_if_not_finite(result, method)
+    raise_if_not_finite(result, method)
     return result
 
 
@@ -415,11 +415,11 @@ def log_marginal_likelihood(
     """
     method = _check_method(method)
     jitter = _check_jitter(jitter)
-    X, y, noise, Z, _ = _prepare(X, y, noise, Z)
-    _check_kernel(kernel, X.shape[1])
+    X, y, noise, Z, _ = check_regression_inputs(X, y, noise, Z)
+    check_kernel(kernel, X.shape[1])
     block = {"dtc": dtc_log_marginal, "fitc": fitc_log_marginal, "vfe": vfe_bound}[method]
     value = block(kernel, X, y, Z, noise, jitter)
-    _raise_if_not_finite(value, "log_marginal_likelihood")
+    raise_if_not_finite(value, "log_marginal_likelihood")
     return value
 
 
@@ -441,15 +441,15 @@ def loo_log_density(
     """
     method = _check_method(method)
     jitter = _check_jitter(jitter)
-    X, y, noise, Z, _ = _prepare(X, y, noise, Z)
-    _check_kernel(kernel, X.shape[1])
+    X, y, noise, Z, _ = check_regression_inputs(X, y, noise, Z)
+    check_kernel(kernel, X.shape[1])
     if method == "fitc":
         factor, Kuf, d = fitc_factor(kernel, X, y, Z, noise, jitter)
         value = fitc_loo(factor, Kuf, y, d)
     else:
         factor, Kuf = dtc_factor(kernel, X, y, Z, noise, jitter)
         value = dtc_loo(factor, Kuf, y, noise)
-    _raise_if_not_finite(value, "loo_log_density")
+    raise_if_not_finite(value, "loo_log_density")
     return value
 
 
@@ -458,7 +458,7 @@ def _prepare_diagnostic(kernel: Any, Z: Any, X_test: Any, jitter: Any) -> tuple[
     Z = check_X(Z, "Z")
     Z = check_Z(Z, Z)  # distinct rows; there is no X to compare M with here
     X_test = check_X(X_test, "X_test", dim=Z.shape[1])
-    _check_kernel(kernel, Z.shape[1])
+    check_kernel(kernel, Z.shape[1])
     return Z, X_test, jitter
 
 
@@ -475,7 +475,7 @@ def variance_lost(kernel: Kernel, Z: Any, X_test: Any, jitter: float | None = No
     """
     Z, X_test, jitter = _prepare_diagnostic(kernel, Z, X_test, jitter)
     value = prior_variance_lost(kernel, Z, X_test, jitter)
-    _raise_if_not_finite(value, "variance_lost")
+    raise_if_not_finite(value, "variance_lost")
     return value
 
 

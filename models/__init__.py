@@ -21,66 +21,7 @@ Every model is generative: it ends in the observed site ``numpyro.sample("y", <d
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
-
-import numpyro.distributions as dist
-
-from bayes_rbfn.families import KernelFamily
-from bayes_rbfn.models.likelihoods import LIKELIHOODS, Likelihood
-
-
-@dataclass(frozen=True, eq=False)
-class ModelConfig:
-    """Static settings of a model: kernel family, priors, pinned values, hyperprior switch.
-
-    Hashed by identity, so it can be a static argument of ``jax.jit``: the model functions jit their
-    log densities with it, which turns NumPyro's eager model runs during initialisation into one
-    compiled call instead of dozens of op-by-op compilations.
-    """
-
-    family: KernelFamily
-    priors: Mapping[str, dist.Distribution]
-    fixed: Mapping[str, Any] = field(default_factory=dict)
-    hyperprior: bool = False
-    jitter: float | None = None
-    #: Performance settings of the streamed O(NM²) pass of the SoR family (:mod:`bayes_rbfn.parallel`):
-    #: ``fast`` takes the sums before whitening (fewer flops, ill-conditioned; off by default),
-    #: ``chunk_size`` is the number of data points per chunk (None: cache-sized), ``mesh`` a
-    #: :class:`jax.sharding.Mesh` with a ``"data"`` axis to shard the pass over its devices.
-    fast: bool = False
-    chunk_size: int | None = None
-    mesh: Any = None
-    #: The observation model (:mod:`bayes_rbfn.models.likelihoods`); only ``rbfn`` takes a non-Gaussian one.
-    likelihood: Likelihood = LIKELIHOODS["gaussian"]
-    #: The prior mean of f: ``"constant"`` (the number ``data["y_offset"]``), ``"linear"`` (sampled
-    #: ``mean_intercept`` + (x − x̄)·``mean_slope``) or a callable of X added to ``data["y_offset"]``.
-    mean: Any = "constant"
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """A model of the collection: NumPyro model + analytic per-draw predictive + LOO log-likelihood."""
-
-    name: str
-    model: Callable[..., None]
-    predict: Callable[..., tuple[Any, Any]]
-    log_likelihood: Callable[..., Any]
-    uses_inducing: bool
-    description: str
-    grouped: bool = False
-    #: For a model whose hyperparameters are not those of a kernel family (e.g. ``blr``'s α and β): the
-    #: family (names, default priors) that :func:`bayes_rbfn.fit` uses instead of ``kernel=``.
-    family: KernelFamily | None = None
-    #: ``predict`` streams over its test points in bounded memory (e.g. ``sor``), so the drivers pass all
-    #: of them in one call and the per-draw O(NM²) factor is computed once per draw, not once per batch.
-    predict_streams: bool = False
-    #: The likelihoods (:mod:`bayes_rbfn.models.likelihoods`) the model takes.
-    likelihoods: tuple[str, ...] = ("gaussian",)
-    #: Deterministic sites of size N per draw (e.g. the layer's latent f at X) that ``fit`` does not store
-    #: in the posterior: the predictions group holds f at X_pred, and ``Predictive`` recomputes them.
-    unstored_sites: tuple[str, ...] = ()
+from bayes_rbfn.models.spec import ModelConfig, ModelSpec
 
 
 def _registry() -> dict[str, ModelSpec]:

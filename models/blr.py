@@ -66,8 +66,8 @@ import numpyro.distributions as dist
 
 from bayes_rbfn import blr, conditional, linalg
 from bayes_rbfn.families import DataScales, KernelFamily
-from bayes_rbfn.models import ModelConfig, ModelSpec
-from bayes_rbfn.models._common import ModelMarginal, observe
+from bayes_rbfn.models.common import ModelMarginal, observe
+from bayes_rbfn.models.spec import ModelConfig, ModelSpec
 
 __all__ = ["FAMILY", "SPEC", "SPECS", "WIDTH_FACTOR", "basis_width", "design_matrix"]
 

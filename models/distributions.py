@@ -55,9 +55,9 @@ import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
 from bayes_rbfn import conditional, linalg, parallel, sparse
-from bayes_rbfn._validation import check_X
 from bayes_rbfn.kernels import Kernel
 from bayes_rbfn.models.means import mean_vector
+from bayes_rbfn.validation import check_X
 
 __all__ = ["APPROXIMATIONS", "ExactGP", "SparseGP", "loo_log_likelihood"]
 

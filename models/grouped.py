@@ -30,8 +30,11 @@ import numpyro
 import numpyro.distributions as dist
 
 from bayes_rbfn import conditional, linalg
-from bayes_rbfn.models import ModelConfig, ModelSpec
-from bayes_rbfn.models._common import ModelMarginal, observe
+from bayes_rbfn.models.common import ModelMarginal, observe
+from bayes_rbfn.models.spec import ModelConfig, ModelSpec
+
+__all__ = ["SPEC", "TAU_SCALE", "log_density", "log_likelihood", "model", "predict", "prepare", "simulate"]
+
 
 #: Prior scale of the population spread τ of every log-hyperparameter.
 TAU_SCALE = 0.5

@@ -30,9 +30,9 @@ import numpyro
 import numpyro.distributions as dist
 
 from bayes_rbfn import linalg
-from bayes_rbfn._validation import check_X
 from bayes_rbfn.kernels import Kernel
 from bayes_rbfn.models.means import mean_vector
+from bayes_rbfn.validation import check_X
 
 __all__ = ["predict_rbfn", "rbfn"]
 

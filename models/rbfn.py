@@ -27,10 +27,14 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpyro
 
-from bayes_rbfn.models import ModelConfig, ModelSpec, sor
-from bayes_rbfn.models._common import observe, prior_mean, sample_parameters
+from bayes_rbfn.models import sor
+from bayes_rbfn.models.common import observe, prior_mean, sample_parameters
 from bayes_rbfn.models.layers import rbfn
 from bayes_rbfn.models.likelihoods import LIKELIHOODS
+from bayes_rbfn.models.spec import ModelConfig, ModelSpec
+
+__all__ = ["LAYER", "SPEC", "log_likelihood", "model", "predict"]
+
 
 #: The name of the layer: its sites are ``f_v``, ``f_alpha`` and ``f``.
 LAYER = "f"

@@ -16,9 +16,11 @@ from functools import partial
 import jax
 
 from bayes_rbfn import linalg, parallel
-from bayes_rbfn.models import ModelConfig, ModelSpec
-from bayes_rbfn.models._common import centred_y, observe, prior_mean, sample_parameters
+from bayes_rbfn.models.common import centred_y, observe, prior_mean, sample_parameters
 from bayes_rbfn.models.distributions import SparseGP
+from bayes_rbfn.models.spec import ModelConfig, ModelSpec
+
+__all__ = ["SPEC", "log_density", "log_likelihood", "marginal", "model", "predict"]
 
 
 def model(data: dict, config: ModelConfig) -> None:

@@ -75,8 +75,9 @@ import jax
 import jax.numpy as jnp
 
 from bayes_rbfn import conditional, linalg, sparse
-from bayes_rbfn.models import ModelConfig, ModelSpec, sor
-from bayes_rbfn.models._common import centred_y, observe, prior_mean, sample_parameters
+from bayes_rbfn.models import sor
+from bayes_rbfn.models.common import centred_y, observe, prior_mean, sample_parameters
+from bayes_rbfn.models.spec import ModelConfig, ModelSpec
 
 __all__ = [
     "SPECS",

@@ -447,7 +447,7 @@ def test_commands_are_one_table():
 # README quick start: exactly two commands, the ones CI and this file exercise
 
 README = ROOT / "README.md"
-TEST_COMMAND = 'pip install -e ".[test]" && python -m pytest -q'
+TEST_COMMAND = 'pip install -e ".[test]" && python -m pytest -q -n 2 --dist loadfile'
 MAIN_JOB_COMMAND = "pip install -e . && bayes-rbfn fit"
 
 

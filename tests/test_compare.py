@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import warnings
 
-import _sparse_reference as ref
 import arviz as az
 import numpy as np
 import pandas as pd
 import pytest
 import scipy.stats
+import sparse_reference as ref
 from conftest import assert_close
 from stochastic import (
     MAX_DIVERGENT_FRACTION,

@@ -1,7 +1,7 @@
 """``SparseGP`` and ``ExactGP`` as NumPyro distributions, against dense SciPy references.
 
 * ``log_prob`` of every ``approx`` and of ``ExactGP`` against SciPy's dense multivariate normal of the
-  model's N×N covariance; VFE against Titsias's bound written densely (tests/_sparse_reference.py);
+  model's N×N covariance; VFE against Titsias's bound written densely (tests/sparse_reference.py);
 * the sample mean and covariance against the dense ones, within 5 Monte-Carlo standard errors;
 * ``.condition`` against conditioning the dense joint prior of (y, f*);
 * ``.loo_log_prob`` against N brute-force dense refits, and :func:`loo_log_likelihood` on an InferenceData;
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import warnings
 
-import _sparse_reference as ref
 import arviz as az
 import jax
 import jax.numpy as jnp
@@ -20,6 +19,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 import pytest
+import sparse_reference as ref
 import stochastic
 from conftest import assert_close
 from numpyro.infer import Predictive

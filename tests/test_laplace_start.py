@@ -111,9 +111,9 @@ def test_laplace_mass_matrix_is_the_inverse_reference_hessian(problem, library_s
     ids=["3-dense", "24-dense", "25-dense", "100-diagonal", "no-window"],
 )
 def test_unshrunk_window_estimates_only_where_full_rank(num_params, warmup, dense, full_rank):
-    from bayes_rbfn.inference import _window_estimates_full_rank
+    from bayes_rbfn.inference import window_estimates_full_rank
 
-    assert _window_estimates_full_rank(num_params, warmup, dense) is full_rank
+    assert window_estimates_full_rank(num_params, warmup, dense) is full_rank
 
 
 def test_init_must_be_known(problem):

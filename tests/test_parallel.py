@@ -272,7 +272,7 @@ _SHARDED_SCRIPT = textwrap.dedent(
         ModelConfig(family=FAMILIES["se"], priors={}, mesh=mesh))
     predict_fn = lambda p, Xb, data: sor.predict(p, data, config, Xb)
     one = predictive.per_draw_moments(predict_fn, draws, X_test4, batch_size=None, draw_batch=3, data=data4)
-    used, real_compiled = set(), predictive._compiled
+    used, real_compiled = set(), predictive.compiled_predict
     def spying_compiled(*args, **kwargs):  # the devices the batches' outputs were computed on
         fn = real_compiled(*args, **kwargs)
         def run(*inputs):
@@ -280,10 +280,10 @@ _SHARDED_SCRIPT = textwrap.dedent(
             used.update(str(d) for d in result[0].devices())
             return result
         return run
-    predictive._compiled = spying_compiled
+    predictive.compiled_predict = spying_compiled
     two = predictive.per_draw_moments(predict_fn, draws, X_test4, batch_size=None, draw_batch=3, data=data4,
                                       devices=spread)
-    predictive._compiled = real_compiled
+    predictive.compiled_predict = real_compiled
     out["draw_devices_used"] = len(used)
     out["draws_over_devices"] = max(
         float(np.max(np.abs(u - v)) / np.max(np.abs(u))) for u, v in zip(one, two))

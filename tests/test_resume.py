@@ -68,7 +68,7 @@ def snapshot(folder: Path) -> dict[str, str]:
 def interrupt_after_checkpoint(monkeypatch, count: int):
     """Make the ``count``-th checkpoint raise KeyboardInterrupt once it is saved (Ctrl-C right after it);
     returns the real manifest writer, to restore it."""
-    write_manifest = checkpoint._write_manifest
+    write_manifest = checkpoint.write_manifest
     calls = []
 
     def write_then_interrupt(*args, **kwargs):
@@ -77,7 +77,7 @@ def interrupt_after_checkpoint(monkeypatch, count: int):
         if len(calls) == count:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(checkpoint, "_write_manifest", write_then_interrupt)
+    monkeypatch.setattr(checkpoint, "write_manifest", write_then_interrupt)
     return write_manifest
 
 
@@ -206,7 +206,7 @@ def test_ctrl_c_keeps_the_checkpoint_and_resume_finishes(uninterrupted_here, tmp
     assert "30 of 300 iterations are saved" in err and f"--resume {out}" in err
     assert not out.exists() and (tmp_path / "res.partial").is_dir()
 
-    monkeypatch.setattr(checkpoint, "_write_manifest", write_manifest)
+    monkeypatch.setattr(checkpoint, "write_manifest", write_manifest)
     # a new run into the same folder does not silently discard the saved one
     assert cli.main(fit_argv(csv, out)) == 2
     assert "--resume" in capsys.readouterr().err
@@ -223,7 +223,7 @@ def test_corrupt_checkpoint_is_refused_and_left_untouched(uninterrupted, tmp_pat
     out = tmp_path / "res"
     write_manifest = interrupt_after_checkpoint(monkeypatch, 2)
     assert cli.main(fit_argv(csv, out)) == 130
-    monkeypatch.setattr(checkpoint, "_write_manifest", write_manifest)
+    monkeypatch.setattr(checkpoint, "write_manifest", write_manifest)
     sampler = tmp_path / "res.partial" / "sampler"
     manifest = sampler / checkpoint.CHECKPOINT_FILE
     state = sampler / listed_state(sampler)

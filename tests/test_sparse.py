@@ -1,7 +1,7 @@
 """DTC, FITC and VFE (bayes_rbfn.sparse) against dense references, the exact GP and the theory's orderings.
 
 Each quantity the O(NM²) Woodbury path computes is compared with the same quantity built from the dense
-N×N covariance in tests/_sparse_reference.py (Quiñonero-Candela & Rasmussen 2005 §4–6; Titsias 2009
+N×N covariance in tests/sparse_reference.py (Quiñonero-Candela & Rasmussen 2005 §4–6; Titsias 2009
 eq. (9)). Tolerances are those of conftest (float64: 1e-8 relative) unless stated next to the test.
 """
 
@@ -10,11 +10,11 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
-import _sparse_reference as ref
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import sparse_reference as ref
 from conftest import assert_close
 
 from bayes_rbfn import conditional, linalg, sparse

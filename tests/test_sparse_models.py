@@ -4,7 +4,7 @@ tests/test_sparse.py checks the library blocks of bayes_rbfn.sparse; here the *m
 driver uses them: each model's jitted ``log_density(params, data, config)``, its NumPyro ``model`` (the
 joint log density NumPyro computes from the ``factor`` site), its per-draw ``predict`` (with the prior
 mean offset c) and its ``log_likelihood``, each against a dense N×N reference built from the formulas of
-Quiñonero-Candela & Rasmussen (2005) and Titsias (2009) in tests/_sparse_reference.py. The MCMC-level
+Quiñonero-Candela & Rasmussen (2005) and Titsias (2009) in tests/sparse_reference.py. The MCMC-level
 checks (LOO against brute force on posterior draws, rankings) are in tests/test_compare.py.
 Tolerances: conftest's float64 ones (1e-8 relative) unless stated next to the test.
 """
@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import _sparse_reference as ref
 import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 import pytest
+import sparse_reference as ref
 from conftest import assert_close
 from numpyro.infer.util import log_density as numpyro_log_density
 

@@ -27,6 +27,17 @@ from numpyro.distributions import constraints
 from bayes_rbfn.families import KernelFamily
 from bayes_rbfn.kernels import Kernel
 
+__all__ = [
+    "LINEAR_MEAN_PARAMS",
+    "ModelMarginal",
+    "centred_y",
+    "observe",
+    "prior_mean",
+    "sample_hyperparameters",
+    "sample_parameters",
+]
+
+
 #: The sampled parameters of the linear mean.
 LINEAR_MEAN_PARAMS = ("mean_intercept", "mean_slope")
 

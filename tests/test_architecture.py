@@ -1,0 +1,121 @@
+"""The package's import graph, read from the source with ``ast`` (nothing is imported).
+
+Proves: no import cycle between the modules of ``bayes_rbfn`` and ``bayes_rbfn.models`` (imports inside
+functions count: a lazy import only hides a cycle); nothing whose name starts with ``_`` is imported from
+another module of the project, tests and benchmarks included; every module declares ``__all__``.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Source folder → the dotted package it installs as (pyproject's package-dir).
+PACKAGES = {ROOT / "bayes_rbfn": "bayes_rbfn", ROOT / "models": "bayes_rbfn.models"}
+
+
+def package_modules() -> dict[str, Path]:
+    modules = {}
+    for folder, package in PACKAGES.items():
+        for path in sorted(folder.glob("*.py")):
+            modules[package if path.stem == "__init__" else f"{package}.{path.stem}"] = path
+    return modules
+
+
+MODULES = package_modules()
+
+
+def imported_project_modules(path: Path) -> set[str]:
+    """The project modules ``path`` imports (``from pkg import mod`` counts as importing ``pkg.mod``)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name in MODULES)
+        elif isinstance(node, ast.ImportFrom) and node.module in MODULES:
+            submodules = {f"{node.module}.{a.name}" for a in node.names} & MODULES.keys()
+            found.update(submodules)
+            if len(submodules) < len(node.names):  # names defined in node.module itself
+                found.add(node.module)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    return {name: imported_project_modules(path) - {name} for name, path in MODULES.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_between_modules():
+    assert cycles(graph()) == []
+
+
+def python_files() -> list[Path]:
+    folders = [*PACKAGES, ROOT / "tests", ROOT / "benchmarks", ROOT / "notebooks"]
+    return sorted(p for folder in folders for p in folder.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", python_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_nothing_private_is_imported_across_modules(path):
+    private = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("bayes_rbfn"):
+            private += [
+                f"{node.module}.{a.name}"
+                for a in node.names
+                if a.name.startswith("_") and not a.name.endswith("__")  # dunders (__version__) are public
+            ]
+            private += [node.module] if any(p.startswith("_") for p in node.module.split(".")) else []
+        elif isinstance(node, ast.Import):
+            private += [
+                a.name
+                for a in node.names
+                if a.name.startswith("bayes_rbfn") and any(p.startswith("_") for p in a.name.split("."))
+            ]
+    assert private == [], f"{path.name} imports private names: {private}"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if not n.endswith("__main__")))
+def test_every_module_declares_all(name):
+    tree = ast.parse(MODULES[name].read_text())
+    declared = any(
+        isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets)
+        for node in tree.body
+    )
+    assert declared, f"{name} has no __all__"
