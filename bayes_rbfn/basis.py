@@ -50,20 +50,23 @@ import numpy as np
 from bayes_rbfn import blr, linalg
 from bayes_rbfn.conditional import Gaussian
 from bayes_rbfn.kernels import Kernel, scaled_sqdist
-from bayes_rbfn.validation import as_float_array, check_positive, check_X, check_y, count_distinct_rows
+from bayes_rbfn.validation import (
+    as_float_array,
+    check_positive,
+    check_X,
+    check_y,
+    count_distinct_rows,
+    is_concrete,
+)
 
 __all__ = ["blr_gp_predict", "eigen_basis", "grid_spacing", "regular_grid", "se_basis"]
 
 _SQRT_HALF_PI = float(np.sqrt(0.5 * np.pi))
 
 
-def _concrete(*values: Any) -> bool:
-    return not any(isinstance(v, jax.core.Tracer) for v in values)
-
-
 def _check_scales(value: Any, name: str, dim: int) -> jax.Array:
     """A positive, finite scalar or one value per input dimension (shape (D,))."""
-    if not _concrete(value):
+    if not is_concrete(value):
         return value
     arr = as_float_array(value, name)
     if arr.ndim > 1 or (arr.ndim == 1 and arr.shape[0] not in (1, dim)):
@@ -152,7 +155,7 @@ def se_basis(X: Any, centres: Any, lengthscale: Any, variance: Any = 1.0, spacin
         lengthscale = _check_scales(lengthscale, "lengthscale", D)
         variance = check_positive(variance, "variance")
         if spacing is None:
-            if not _concrete(centres):
+            if not is_concrete(centres):
                 raise ValueError("spacing: cannot be inferred from traced centres; pass it explicitly")
             spacing = grid_spacing(centres)
         spacing = _check_scales(spacing, "spacing", D)
@@ -211,7 +214,7 @@ def eigen_basis(
         X = check_X(X, "X")
         centres = check_X(centres, "centres", dim=X.shape[1])
     M = centres.shape[0]
-    if _concrete(centres) and count_distinct_rows(centres) < M:
+    if is_concrete(centres) and count_distinct_rows(centres) < M:
         raise ValueError(
             f"centres: has {M - count_distinct_rows(centres)} duplicate row(s); centres must be distinct"
         )
@@ -223,7 +226,7 @@ def eigen_basis(
         jitter = linalg.default_jitter(jnp.result_type(centres.dtype, float))
     num = M if num is None else num
     Phi, keep = _eigen_basis(kernel, centres, X, num, 0.0 if tol is None else tol, jitter)
-    if _concrete(Phi, keep):
+    if is_concrete(Phi, keep):
         # Remove the dropped columns on the host: one compiled program serves every num and tol.
         Phi = jnp.asarray(np.asarray(Phi)[:, np.asarray(keep)])
     return Phi

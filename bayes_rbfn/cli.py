@@ -54,6 +54,7 @@ import numpy as np
 
 from bayes_rbfn import runtime
 from bayes_rbfn.datasets import Dataset, list_datasets, load_dataset
+from bayes_rbfn.defaults import DEFAULT_NUM_INDUCING, INITS
 from bayes_rbfn.io import InputError, read_xy_csv
 
 __all__ = [
@@ -85,15 +86,11 @@ DATASET_KERNELS = {"co2": "co2"}
 DATASET_MODELS = {"co2": "dtc"}
 DATASET_MEANS = {"co2": "linear"}
 DEFAULT_MAX_TREE_DEPTH = 10
-#: fit(init=...) choices, as :data:`bayes_rbfn.inference.INITS` (not imported: building the parser must not
-#: load JAX before the XLA options are set; tests/test_cli.py checks the two agree).
-INITS = ("median", "map")
 #: Packaged data sets with a smaller default NUTS tree depth. For co2 the first ~100 warm-up iterations,
 #: before the mass matrix adapts, ran to the full depth (1023 steps at depth 10) and took 3 of 5 minutes;
 #: once adapted a draw takes ~7 steps, well below 2^5 − 1 = 31, so the cap only shortens that start
 #: (measured: depth 5 → 3 min in all under load, depth 6 → 4.5 min, depth 7 → 6 min; same r_hat/ESS).
 DATASET_TREE_DEPTHS = {"co2": 5}
-DEFAULT_NUM_INDUCING = 64
 #: Data sets with their own default M. coal: 111 years and a rate that varies over ~20 years; the weights
 #: are sampled (Poisson RBFN), and 20 centres 5.5 years apart fit as well as 64 at a fifth of the time.
 DATASET_NUM_INDUCING = {"coal": 20}
@@ -1507,7 +1504,10 @@ def _report(
             f"{plan.max_tree_depth} (2^{plan.max_tree_depth} − 1 steps): the sampler explored less per draw "
             "than it wanted; raise --max-tree-depth if the ESS is low."
         )
-    if plan.Z is not None and plan.Z.ndim == 2 and plan.Z.shape[1] == 1 and plan.model in ("sor", "rbfn"):
+    from bayes_rbfn.collapse import VARIANCE_COLLAPSE_MODELS
+
+    one_input = plan.Z is not None and plan.Z.ndim == 2 and plan.Z.shape[1] == 1
+    if one_input and plan.model in VARIANCE_COLLAPSE_MODELS:
         last_z, last_x = float(plan.Z[:, 0].max()), float(plan.X_pred[:, 0].max())
         if last_x > last_z:
             lines.append(

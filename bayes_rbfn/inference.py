@@ -29,6 +29,7 @@ from numpyro.infer import MCMC, NUTS, init_to_median, init_to_value
 
 from bayes_rbfn import diagnostics
 from bayes_rbfn.checkpoint import DEFAULT_CHUNK_SIZE, fingerprint, sample_in_chunks
+from bayes_rbfn.defaults import DEFAULT_NUM_INDUCING, INITS
 from bayes_rbfn.families import data_scales, get_family
 from bayes_rbfn.inducing import select_inducing
 from bayes_rbfn.models import ModelConfig, ModelSpec, get_model
@@ -36,7 +37,7 @@ from bayes_rbfn.models.likelihoods import Likelihood, get_likelihood
 from bayes_rbfn.predictive import draw_work, model_moments
 from bayes_rbfn.runtime import single_threaded_blas
 from bayes_rbfn.schema import posterior_params, rebuild
-from bayes_rbfn.validation import check_positive, check_X, check_y, check_Z
+from bayes_rbfn.validation import check_positive, check_positive_int, check_X, check_y, check_Z
 
 __all__ = [
     "DEFAULT_NUM_INDUCING",
@@ -54,9 +55,6 @@ __all__ = [
     "window_estimates_full_rank",
 ]
 
-#: Inducing inputs chosen when neither Z nor num_inducing is given (capped by the distinct inputs).
-DEFAULT_NUM_INDUCING = 64
-
 _EXTRA_FIELDS = (
     "diverging",
     "potential_energy",
@@ -65,11 +63,6 @@ _EXTRA_FIELDS = (
     "energy",
     "adapt_state.step_size",
 )
-
-
-#: How NUTS starts (``fit(init=...)``): "median" — NumPyro's ``init_to_median`` and an identity mass
-#: matrix; "map" — the posterior mode with a Laplace mass matrix (:func:`laplace_start`).
-INITS = ("median", "map")
 
 
 def laplace_start(model: Any, model_args: tuple, seed: int = 0, *, maxiter: int = 200) -> tuple[dict, Any]:
@@ -149,12 +142,6 @@ def window_estimates_full_rank(num_params: int, warmup: int, dense: bool) -> boo
 def default_num_inducing(X: Any) -> int:
     """min(64, number of distinct inputs)."""
     return int(min(DEFAULT_NUM_INDUCING, np.unique(np.asarray(X), axis=0).shape[0]))
-
-
-def _positive_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name}: must be a positive integer, got {value!r}")
-    return int(value)
 
 
 #: Draws per chain of the posterior_predictive group that fit() writes by default.
@@ -406,7 +393,7 @@ def prior_predictive(
     """
     from numpyro.infer import Predictive
 
-    num_samples = _positive_int(num_samples, "num_samples")
+    num_samples = check_positive_int(num_samples, "num_samples")
     problem = build_model(model, X, y, seed=seed, **options)
     draws = Predictive(problem.model, num_samples=num_samples)(jax.random.PRNGKey(seed), *problem.prior_args)
     draws = {k: np.asarray(v)[None] for k, v in draws.items() if k not in problem.spec.unstored_sites}
@@ -542,9 +529,9 @@ def fit(
         if likelihood != "gaussian":
             raise ValueError("holdout: the backtest scores need the gaussian likelihood")
         X, y, X_holdout, y_holdout = holdout_split(X, y, holdout_after=holdout_after, holdout=holdout)
-    chains = _positive_int(chains, "chains")
-    draws = _positive_int(draws, "draws")
-    warmup = _positive_int(warmup, "warmup")
+    chains = check_positive_int(chains, "chains")
+    draws = check_positive_int(draws, "draws")
+    warmup = check_positive_int(warmup, "warmup")
     if init not in INITS:
         raise ValueError(f"init: expected one of {', '.join(INITS)}, got {init!r}")
     problem = build_model(
@@ -632,7 +619,7 @@ def fit(
                 "target_accept": target_accept,
                 "dense_mass": bool(dense_mass),
                 "max_tree_depth": max_tree_depth,
-                "chunk_size": _positive_int(chunk_size, "chunk_size"),
+                "chunk_size": check_positive_int(chunk_size, "chunk_size"),
                 "init": init,
             }
             # Parallel (pmap) and vectorised (vmap) chains compile to different programs whose rounding

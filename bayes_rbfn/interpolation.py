@@ -54,7 +54,7 @@ import numpy as np
 
 from bayes_rbfn import linalg
 from bayes_rbfn.kernels import Kernel, as_2d, safe_sqrt, scaled_sqdist
-from bayes_rbfn.validation import check_X, check_y, count_distinct_rows
+from bayes_rbfn.validation import check_X, check_y, count_distinct_rows, is_concrete
 
 __all__ = [
     "Cubic",
@@ -66,10 +66,6 @@ __all__ = [
     "polynomial_basis",
     "power_function",
 ]
-
-
-def _concrete(*values: Any) -> bool:
-    return not any(isinstance(v, jax.core.Tracer) for v in values)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -200,7 +196,7 @@ def _check_kernel(kernel: Any) -> None:
 
 
 def _check_distinct(X: jax.Array) -> None:
-    if _concrete(X):
+    if is_concrete(X):
         distinct = count_distinct_rows(X)
         if distinct < X.shape[0]:
             raise ValueError(
@@ -209,7 +205,7 @@ def _check_distinct(X: jax.Array) -> None:
 
 
 def _raise_if_not_finite(value: jax.Array, what: str, hint: str) -> None:
-    if _concrete(value) and not np.all(np.isfinite(np.asarray(value))):
+    if is_concrete(value) and not np.all(np.isfinite(np.asarray(value))):
         raise linalg.FactorisationError(f"{what}: {hint}")
 
 
@@ -274,7 +270,7 @@ def interpolate(
         return interp
 
     interp, P = _interpolate_tail(kernel, X, f, degree)
-    if _concrete(P):
+    if is_concrete(P):
         Q = P.shape[1]
         rank = int(np.linalg.matrix_rank(np.asarray(P)))
         if rank < Q:

@@ -27,6 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bayes_rbfn.validation import is_concrete
+
 __all__ = [
     "KERNELS",
     "Exponential",
@@ -89,13 +91,9 @@ def scaled_sqdist(X1: jax.Array, X2: jax.Array, lengthscale: jax.Array) -> jax.A
     return jnp.sum(diff * diff, axis=-1)
 
 
-def _is_concrete(value: Any) -> bool:
-    return not isinstance(value, jax.core.Tracer)
-
-
 def check_positive_parameter(cls_name: str, name: str, value: Any) -> None:
     """Raise ``ValueError`` when a concrete hyperparameter is not finite and positive."""
-    if not _is_concrete(value):
+    if not is_concrete(value):
         return
     arr = np.asarray(value, dtype=float)
     if not np.all(np.isfinite(arr)):
@@ -138,7 +136,7 @@ class Kernel:
         for name, value in values.items():
             if name in self.positive:
                 check_positive_parameter(type(self).__name__, name, value)
-            object.__setattr__(self, name, jnp.asarray(value) if _is_concrete(value) else value)
+            object.__setattr__(self, name, jnp.asarray(value) if is_concrete(value) else value)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"{type(self).__name__} is immutable; use .replace({name}=...)")

@@ -73,6 +73,8 @@ import scipy.stats
 from numpyro import handlers
 from numpyro.infer import Predictive
 
+from bayes_rbfn.validation import check_positive_int
+
 __all__ = [
     "LIKELIHOODS",
     "MODELS",
@@ -358,12 +360,6 @@ def _run(
     return jax.vmap(one)(keys, truth, y_sim)
 
 
-def _check_positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name}: must be a positive integer, got {value!r}")
-    return int(value)
-
-
 def run_sbc(
     model: str | Callable = "sor",
     reps: int = 200,
@@ -428,7 +424,7 @@ def run_sbc(
         "num_groups": num_groups,
         "max_tree_depth": max_tree_depth,
     }
-    ints = {name: _check_positive_int(name, value) for name, value in ints.items()}
+    ints = {name: check_positive_int(value, name) for name, value in ints.items()}
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed: must be a non-negative integer, got {seed!r}")
     if ints["num_inducing"] > ints["n"]:
@@ -446,7 +442,7 @@ def run_sbc(
     num_ranks = ints["draws"] // ints["thin"] + 1
     if bins is None:
         bins = max(2, min(num_ranks, ints["reps"] // 10, 10))
-    elif _check_positive_int("bins", bins) < 2 or bins > num_ranks:
+    elif check_positive_int(bins, "bins") < 2 or bins > num_ranks:
         raise ValueError(
             f"bins: must be an integer in [2, {num_ranks}] (the number of rank values), got {bins!r}"
         )

@@ -12,16 +12,33 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["as_float_array", "check_X", "check_Z", "check_positive", "check_y", "count_distinct_rows"]
+__all__ = [
+    "as_float_array",
+    "check_X",
+    "check_Z",
+    "check_positive",
+    "check_positive_int",
+    "check_y",
+    "count_distinct_rows",
+    "is_concrete",
+]
 
 
-def _concrete(value: Any) -> bool:
-    return not isinstance(value, jax.core.Tracer)
+def is_concrete(*values: Any) -> bool:
+    """True when no value is a JAX tracer: its contents can be checked now (outside ``jit``/``grad``)."""
+    return not any(isinstance(v, jax.core.Tracer) for v in values)
+
+
+def check_positive_int(value: Any, name: str) -> int:
+    """A whole number ≥ 1 (``bool`` is refused); ``ValueError`` naming ``name`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{name}: must be a positive integer, got {value!r}")
+    return int(value)
 
 
 def as_float_array(value: Any, name: str) -> jax.Array:
     """A floating JAX array; float32/float64 inputs keep their dtype, others take JAX's default float."""
-    if not _concrete(value):
+    if not is_concrete(value):
         return value
     try:
         arr = np.asarray(value)
@@ -40,7 +57,7 @@ def as_float_array(value: Any, name: str) -> jax.Array:
 
 
 def _check_finite(arr: Any, name: str) -> None:
-    if _concrete(arr):
+    if is_concrete(arr):
         bad = ~np.isfinite(np.asarray(arr))
         if bad.any():
             raise ValueError(f"{name}: contains {int(bad.sum())} NaN or infinite value(s)")
@@ -82,14 +99,14 @@ def count_distinct_rows(X: Any) -> int:
 def check_Z(Z: Any, X: jax.Array, name: str = "Z") -> jax.Array:
     """Inducing inputs (M, D): finite, no duplicate rows, and M ≤ the number of distinct rows of X."""
     Z = check_X(Z, name, dim=X.shape[1])
-    if _concrete(Z):
+    if is_concrete(Z):
         m = Z.shape[0]
         distinct = count_distinct_rows(Z)
         if distinct < m:
             raise ValueError(
                 f"{name}: has {m - distinct} duplicate inducing point(s); inducing inputs must be distinct"
             )
-        if _concrete(X):
+        if is_concrete(X):
             n_distinct = count_distinct_rows(X)
             if m > n_distinct:
                 raise ValueError(
@@ -100,7 +117,7 @@ def check_Z(Z: Any, X: jax.Array, name: str = "Z") -> jax.Array:
 
 def check_positive(value: Any, name: str) -> jax.Array:
     """A finite, strictly positive scalar (e.g. the noise standard deviation)."""
-    if not _concrete(value):
+    if not is_concrete(value):
         return value
     arr = as_float_array(value, name)
     if arr.ndim != 0:
