@@ -1330,10 +1330,11 @@ def _band_of_the_mean(idata: Any, plan: FitPlan) -> tuple[Any, np.ndarray, np.nd
 def _collapsed_points(plan: FitPlan, idata: Any) -> int:
     """Prediction inputs where SoR/RBFN keep less than half the prior variance (posterior mean over at
     most 200 draws); 0 for models whose predictive cannot collapse."""
-    from bayes_rbfn.collapse import COLLAPSE_THRESHOLD, VARIANCE_COLLAPSE_MODELS
+    from bayes_rbfn.collapse import COLLAPSE_THRESHOLD
     from bayes_rbfn.compare import variance_collapse
+    from bayes_rbfn.models import get_model
 
-    if plan.model not in VARIANCE_COLLAPSE_MODELS or plan.Z is None or plan.Z.ndim != 2:
+    if not get_model(plan.model).variance_collapses or plan.Z is None or plan.Z.ndim != 2:
         return 0
     step = max(1, plan.chains * plan.draws // 200)
     lost = variance_collapse(idata.isel(draw=slice(None, None, step)), warn=False)
@@ -1504,10 +1505,10 @@ def _report(
             f"{plan.max_tree_depth} (2^{plan.max_tree_depth} − 1 steps): the sampler explored less per draw "
             "than it wanted; raise --max-tree-depth if the ESS is low."
         )
-    from bayes_rbfn.collapse import VARIANCE_COLLAPSE_MODELS
+    from bayes_rbfn.models import get_model
 
     one_input = plan.Z is not None and plan.Z.ndim == 2 and plan.Z.shape[1] == 1
-    if one_input and plan.model in VARIANCE_COLLAPSE_MODELS:
+    if one_input and get_model(plan.model).variance_collapses:
         last_z, last_x = float(plan.Z[:, 0].max()), float(plan.X_pred[:, 0].max())
         if last_x > last_z:
             lines.append(

@@ -16,14 +16,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from bayes_rbfn import sparse
-from bayes_rbfn.models import ModelConfig
+from bayes_rbfn.models import ModelConfig, model_specs
 from bayes_rbfn.predictive import DEFAULT_BATCH
 from bayes_rbfn.validation import check_X
 
 __all__ = ["COLLAPSE_THRESHOLD", "VARIANCE_COLLAPSE_MODELS", "collapse_check"]
 
 #: Models whose predictive variance collapses away from the inducing inputs (their test-point prior is Q_**).
-VARIANCE_COLLAPSE_MODELS: tuple[str, ...] = ("sor", "rbfn")
+VARIANCE_COLLAPSE_MODELS: tuple[str, ...] = tuple(
+    name for name, spec in model_specs().items() if spec.variance_collapses
+)
 
 #: Share of the prior variance lost (1 − Q_**/K_**) above which a prediction point counts as collapsed.
 COLLAPSE_THRESHOLD = 0.5

@@ -168,7 +168,7 @@ def variance_collapse(
     if spec.grouped or "Z" not in data:
         raise ValueError(f"idata: the {spec.name!r} model has no (shared) inducing inputs to check")
     X_eval = idata.predictions_constant_data["X_pred"].values if X_test is None else X_test
-    warn = spec.name in VARIANCE_COLLAPSE_MODELS if warn is None else warn
+    warn = spec.variance_collapses if warn is None else warn
     return collapse_check(
         config, data["Z"], params, X_eval, model=spec.name, threshold=threshold, warn=bool(warn)
     )
@@ -512,7 +512,7 @@ def compare_models(
 
     lost: dict[str, np.ndarray] = {}
     for name, idata in idatas.items():
-        if name in VARIANCE_COLLAPSE_MODELS:
+        if get_model(name).variance_collapses:
             in_pred = X_test is None or _rows_in(X_test, X_pred) is not None
             points = X_pred if in_pred else np.concatenate([X_pred, X_test])
             lost[name] = variance_collapse(idata, points, threshold=collapse_threshold)[: X_pred.shape[0]]

@@ -32,7 +32,7 @@ from bayes_rbfn.checkpoint import DEFAULT_CHUNK_SIZE, fingerprint, sample_in_chu
 from bayes_rbfn.defaults import DEFAULT_NUM_INDUCING, INITS
 from bayes_rbfn.families import data_scales, get_family
 from bayes_rbfn.inducing import select_inducing
-from bayes_rbfn.models import ModelConfig, ModelSpec, get_model
+from bayes_rbfn.models import ModelConfig, ModelSpec, get_model, model_specs
 from bayes_rbfn.models.likelihoods import Likelihood, get_likelihood
 from bayes_rbfn.predictive import draw_work, model_moments
 from bayes_rbfn.runtime import single_threaded_blas
@@ -663,9 +663,9 @@ _COLLAPSE_DRAWS = 200
 def _warn_if_collapsed(spec: ModelSpec, config: ModelConfig, Z: Any, samples: dict, X_pred: Any) -> None:
     """Warn (VarianceCollapseWarning) when SoR/RBFN predictions at X_pred have lost most of the prior
     variance (DESIGN §3.4), from a thinned set of draws."""
-    from bayes_rbfn.collapse import VARIANCE_COLLAPSE_MODELS, collapse_check
+    from bayes_rbfn.collapse import collapse_check
 
-    if spec.name not in VARIANCE_COLLAPSE_MODELS or Z is None or np.ndim(Z) != 2:
+    if not spec.variance_collapses or Z is None or np.ndim(Z) != 2:
         return
     params = posterior_params({k: np.asarray(v) for k, v in samples.items()}, config.fixed)
     chains, draws = jax.tree_util.tree_leaves(params)[0].shape[:2]
@@ -707,9 +707,10 @@ def _data_mesh(shard: Any, spec: ModelSpec, chains: int, chain_method: str | Non
     """The mesh of ``fit(shard=...)``, or None."""
     if shard is None or shard is False:
         return None
-    if spec.name not in _SHARDED_MODELS:
+    if not spec.shards_data:
+        sharded = [name for name, other in model_specs().items() if other.shards_data]
         raise ValueError(
-            f"shard: the {spec.name!r} model does not shard its data; use one of {', '.join(_SHARDED_MODELS)}"
+            f"shard: the {spec.name!r} model does not shard its data; use one of {', '.join(sharded)}"
         )
     if chain_method == "parallel":
         raise ValueError("shard: chains cannot also run in parallel over the devices the data use")
@@ -719,10 +720,6 @@ def _data_mesh(shard: Any, spec: ModelSpec, chains: int, chain_method: str | Non
     if DATA_AXIS not in getattr(mesh, "axis_names", ()):
         raise ValueError(f"shard: expected True or a jax.sharding.Mesh with a {DATA_AXIS!r} axis")
     return mesh
-
-
-#: Models whose O(NM²) pass runs through bayes_rbfn.parallel and so can shard their data.
-_SHARDED_MODELS = ("sor",)
 
 
 def _prepare(spec, X, y, Z, offset, group_offset, group, group_pred, X_pred):

@@ -24,7 +24,8 @@ from __future__ import annotations
 from bayes_rbfn.models.spec import ModelConfig, ModelSpec
 
 
-def _registry() -> dict[str, ModelSpec]:
+def model_specs() -> dict[str, ModelSpec]:
+    """Every registered model, name → spec."""
     from bayes_rbfn.models import exact, grouped, rbfn, sor
 
     specs = [sor.SPEC, rbfn.SPEC, exact.SPEC, grouped.SPEC]
@@ -41,7 +42,7 @@ def get_model(model: str | ModelSpec) -> ModelSpec:
     """Resolve a model name or spec; unknown names raise ``ValueError`` listing the valid ones."""
     if isinstance(model, ModelSpec):
         return model
-    registry = _registry()
+    registry = model_specs()
     if isinstance(model, str) and model in registry:
         return registry[model]
     raise ValueError(f"model: unknown model {model!r}; choose one of {', '.join(registry)}")
@@ -49,7 +50,7 @@ def get_model(model: str | ModelSpec) -> ModelSpec:
 
 def available_models() -> dict[str, str]:
     """Model name → one-line description."""
-    return {name: spec.description for name, spec in _registry().items()}
+    return {name: spec.description for name, spec in model_specs().items()}
 
 
-__all__ = ["ModelConfig", "ModelSpec", "available_models", "get_model"]
+__all__ = ["ModelConfig", "ModelSpec", "available_models", "get_model", "model_specs"]

@@ -84,4 +84,5 @@ SPEC = ModelSpec(
     description="Bayesian RBF network: α ~ N(0, K_uu⁻¹) sampled explicitly, f = m + K_fu α, any likelihood",
     likelihoods=tuple(LIKELIHOODS),
     unstored_sites=(LAYER,),
+    variance_collapses=True,
 )

@@ -106,5 +106,7 @@ SPEC = ModelSpec(
     log_likelihood=log_likelihood,
     uses_inducing=True,
     predict_streams=True,
+    variance_collapses=True,
+    shards_data=True,
     description="SoR (Nyström) GP: y ~ N(c, Q_ff + σ²I), weights marginalised, O(NM²)",
 )

@@ -66,6 +66,12 @@ class ModelSpec:
     #: Deterministic sites of size N per draw (e.g. the layer's latent f at X) that ``fit`` does not store
     #: in the posterior: the predictions group holds f at X_pred, and ``Predictive`` recomputes them.
     unstored_sites: tuple[str, ...] = ()
+    #: The predictive's prior at a test point is the Nyström Q_** (sor, rbfn): it loses the prior variance
+    #: far from the inducing inputs, and the drivers check and report where it does.
+    variance_collapses: bool = False
+    #: Its O(NM²) pass runs through :mod:`bayes_rbfn.parallel`, so ``fit(shard=...)`` can split the data
+    #: over devices.
+    shards_data: bool = False
 
 
 __all__ = ["ModelConfig", "ModelSpec"]
