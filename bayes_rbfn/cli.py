@@ -1282,8 +1282,9 @@ def _band_of_y(idata: Any, plan: FitPlan) -> tuple[Any, np.ndarray, np.ndarray]:
     S = f_mean.shape[-1]
     noise = _noise_draws(idata, plan)
     var_y = f_var.reshape(-1, S) + (0.0 if noise is None else noise**2)
-    mean, var_f, _ = mixture_moments(f_mean, f_var)
-    var_y_mix = var_y.mean(axis=0) + f_mean.reshape(-1, S).var(axis=0)
+    noise_per_point = None if noise is None else np.broadcast_to(noise, var_y.shape)
+    mean, var_f, var_y_mix = mixture_moments(f_mean, f_var, noise_per_point)
+    var_y_mix = var_f if var_y_mix is None else var_y_mix
     probs = sorted({p for c in INTERVALS for p in ((1 - c) / 2, (1 + c) / 2)})
     q = mixture_quantiles(f_mean.reshape(-1, S), var_y, probs)
     intervals = {c: (q[probs.index((1 - c) / 2)], q[probs.index((1 + c) / 2)]) for c in INTERVALS}
