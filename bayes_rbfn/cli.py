@@ -832,10 +832,11 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
     else:
         model = DATASET_MODELS.get(packaged, DEFAULT_MODEL)
     spec = get_model(model)
+    takes_linear_mean = not spec.grouped and spec.family is None
     mean = args.mean
     if mean is None:
         mean = DATASET_MEANS.get(packaged, "constant")
-        if mean == "linear" and (spec.grouped or spec.family is not None):
+        if mean == "linear" and not takes_linear_mean:
             mean = "constant"
     if likelihood.name not in spec.likelihoods:
         raise UserError(
@@ -846,7 +847,7 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
         likelihood.check(data.y)
     except ValueError as err:
         raise UserError("--" + str(err)) from None
-    if mean == "linear" and (spec.grouped or spec.family is not None):
+    if mean == "linear" and not takes_linear_mean:
         raise UserError(f"--mean linear: the {model!r} model takes a constant mean only")
     if spec.grouped and data.group is None:
         raise UserError(
@@ -1282,8 +1283,7 @@ def _band_of_y(idata: Any, plan: FitPlan) -> tuple[Any, np.ndarray, np.ndarray]:
     S = f_mean.shape[-1]
     noise = _noise_draws(idata, plan)
     var_y = f_var.reshape(-1, S) + (0.0 if noise is None else noise**2)
-    noise_per_point = None if noise is None else np.broadcast_to(noise, var_y.shape)
-    mean, var_f, var_y_mix = mixture_moments(f_mean, f_var, noise_per_point)
+    mean, var_f, var_y_mix = mixture_moments(f_mean, f_var, noise)
     var_y_mix = var_f if var_y_mix is None else var_y_mix
     probs = sorted({p for c in INTERVALS for p in ((1 - c) / 2, (1 + c) / 2)})
     q = mixture_quantiles(f_mean.reshape(-1, S), var_y, probs)

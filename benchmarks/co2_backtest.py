@@ -19,8 +19,9 @@ import json
 import tempfile
 from pathlib import Path
 
-#: Forecast windows: (first held-out year, length in years).
-WINDOWS = {1997: 5.0, 1992: 5.0, 1987: 5.0}
+#: First held-out year of each window; each window is HORIZON years long.
+WINDOWS = (1997, 1992, 1987)
+HORIZON = 5.0
 
 
 def run_window(start: float, length: float, model: str, mean: str, workdir: Path) -> dict:
@@ -56,7 +57,7 @@ def main(argv=None) -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for start in (float(w) for w in args.windows.split(",")):
-            rows.append(run_window(start, WINDOWS.get(int(start), 5.0), args.model, args.mean, Path(tmp)))
+            rows.append(run_window(start, HORIZON, args.model, args.mean, Path(tmp)))
             print(json.dumps(rows[-1]), flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
