@@ -31,23 +31,23 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from bayes_rbfn import conditional, kernels, linalg
-    from bayes_rbfn.inference import build_model, fit, prior_predictive
+    from bayes_rbfn.gp import conditional, kernels, linalg
+    from bayes_rbfn.infer.fitting import build_model, fit, prior_predictive
+    from bayes_rbfn.infer.predictive import predict
     from bayes_rbfn.models.distributions import ExactGP, SparseGP, loo_log_likelihood
     from bayes_rbfn.models.layers import predict_rbfn, rbfn
-    from bayes_rbfn.predictive import predict
 
 # Imported on first use (PEP 562), so that ``import bayes_rbfn.cli`` does not load JAX: the command line
 # sets its process options (XLA's log level, the host device count) before JAX starts.
 _LAZY = {
-    "conditional": ("bayes_rbfn.conditional", None),
-    "kernels": ("bayes_rbfn.kernels", None),
-    "linalg": ("bayes_rbfn.linalg", None),
-    "fit": ("bayes_rbfn.inference", "fit"),
-    "build_model": ("bayes_rbfn.inference", "build_model"),
-    "prior_predictive": ("bayes_rbfn.inference", "prior_predictive"),
+    "conditional": ("bayes_rbfn.gp.conditional", None),
+    "kernels": ("bayes_rbfn.gp.kernels", None),
+    "linalg": ("bayes_rbfn.gp.linalg", None),
+    "fit": ("bayes_rbfn.infer.fitting", "fit"),
+    "build_model": ("bayes_rbfn.infer.fitting", "build_model"),
+    "prior_predictive": ("bayes_rbfn.infer.fitting", "prior_predictive"),
     "loo_log_likelihood": ("bayes_rbfn.models.distributions", "loo_log_likelihood"),
-    "predict": ("bayes_rbfn.predictive", "predict"),
+    "predict": ("bayes_rbfn.infer.predictive", "predict"),
     "SparseGP": ("bayes_rbfn.models.distributions", "SparseGP"),
     "ExactGP": ("bayes_rbfn.models.distributions", "ExactGP"),
     "rbfn": ("bayes_rbfn.models.layers", "rbfn"),
@@ -57,7 +57,8 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
-        # Any other submodule (``bayes_rbfn.diagnostics``, ``bayes_rbfn.parallel``, …) on first use too, as
+        # Any other submodule (``bayes_rbfn.infer.diagnostics``, ``bayes_rbfn.gp.parallel``, …) on first use
+        # too, as
         # an eagerly importing package would have it.
         try:
             return importlib.import_module(f"{__name__}.{name}")

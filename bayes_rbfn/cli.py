@@ -25,7 +25,7 @@ one adding its options to an :class:`argparse.ArgumentParser` and one running it
         ...
         return 0
 
-Raise :class:`UserError` (or :class:`~bayes_rbfn.io.InputError`) for anything the user can fix.
+Raise :class:`UserError` (or :class:`~bayes_rbfn.io.reader.InputError`) for anything the user can fix.
 """
 
 from __future__ import annotations
@@ -53,9 +53,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np
 
 from bayes_rbfn import runtime
-from bayes_rbfn.datasets import Dataset, list_datasets, load_dataset
 from bayes_rbfn.defaults import DEFAULT_NUM_INDUCING, INITS
-from bayes_rbfn.io import InputError, read_xy_csv
+from bayes_rbfn.io.datasets import Dataset, list_datasets, load_dataset
+from bayes_rbfn.io.reader import InputError, read_xy_csv
 
 __all__ = [
     "COMMANDS",
@@ -99,7 +99,7 @@ DEFAULT_DRAWS = 500
 DEFAULT_WARMUP = 500
 DEFAULT_TARGET_ACCEPT = 0.8
 DEFAULT_EXTEND = 0.1
-#: Iterations between checkpoints of ``bayes-rbfn fit`` (see bayes_rbfn.checkpoint).
+#: Iterations between checkpoints of ``bayes-rbfn fit`` (see bayes_rbfn.infer.checkpoint).
 DEFAULT_CHECKPOINT_EVERY = 50
 #: Suffix of the checkpoint folder next to the output folder, and the record of the run kept in it.
 PARTIAL_SUFFIX = ".partial"
@@ -279,7 +279,7 @@ def _model_names() -> list[str]:
 
 
 def _kernel_names() -> list[str]:
-    from bayes_rbfn.families import FAMILIES
+    from bayes_rbfn.models.families import FAMILIES
 
     return list(FAMILIES)
 
@@ -432,7 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.error("interrupted; nothing was written")
         return EXIT_INTERRUPTED
     except ValueError as err:
-        from bayes_rbfn.checkpoint import CheckpointError
+        from bayes_rbfn.infer.checkpoint import CheckpointError
 
         if not isinstance(err, CheckpointError):
             raise
@@ -477,8 +477,8 @@ def _run_datasets(args: argparse.Namespace, console: Console) -> int:
 
 
 def _fit_arguments(parser: argparse.ArgumentParser) -> None:
-    from bayes_rbfn.families import FAMILIES
     from bayes_rbfn.models import available_models
+    from bayes_rbfn.models.families import FAMILIES
     from bayes_rbfn.models.likelihoods import LIKELIHOODS
 
     models = available_models()
@@ -811,10 +811,10 @@ def _prediction_inputs(data: Dataset, extend: float) -> tuple[np.ndarray, np.nda
 
 def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
     """Load and check everything, so that no user error can surface after sampling has started."""
-    from bayes_rbfn.inducing import select_inducing
+    from bayes_rbfn.gp.inducing import select_inducing
+    from bayes_rbfn.gp.validation import count_distinct_rows
+    from bayes_rbfn.io.output import default_output_dir, prepare_output_dir
     from bayes_rbfn.models import get_model
-    from bayes_rbfn.output import default_output_dir, prepare_output_dir
-    from bayes_rbfn.validation import count_distinct_rows
 
     data, source = _load_data(args)
     notes = [data.notes] if data.notes else []
@@ -881,7 +881,7 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
             raise UserError(f"{flag}: a backtest of grouped data is not supported; fit one group's CSV")
         if not likelihood.marginalisable:
             raise UserError(f"{flag}: the backtest scores need the gaussian likelihood")
-        from bayes_rbfn.inference import holdout_split
+        from bayes_rbfn.infer.fitting import holdout_split
 
         try:
             X_fit, _, X_test, y_test = holdout_split(
@@ -1004,7 +1004,7 @@ def _partial_dir(out: Path) -> Path:
 
 def _start_partial(partial: Path, args: argparse.Namespace, out: Path) -> None:
     """Refuse a leftover checkpoint (unless --overwrite) and record the run's options for --resume."""
-    from bayes_rbfn.output import atomic_write_bytes
+    from bayes_rbfn.io.output import atomic_write_bytes
 
     if partial.exists() or partial.is_symlink():
         if not args.overwrite:
@@ -1030,7 +1030,7 @@ def _start_partial(partial: Path, args: argparse.Namespace, out: Path) -> None:
 
 def _interrupted(partial: Path, out: Path, resuming: bool) -> BaseException:
     """The exception to raise after Ctrl-C during sampling: keep a checkpoint that holds draws."""
-    from bayes_rbfn.checkpoint import CheckpointError, read_checkpoint
+    from bayes_rbfn.infer.checkpoint import CheckpointError, read_checkpoint
 
     try:
         info = read_checkpoint(partial / "sampler")
@@ -1078,7 +1078,7 @@ def _resume_args(args: argparse.Namespace) -> tuple[Path, argparse.Namespace]:
         raise UserError(
             f"--resume {folder}: {partial / RUN_RECORD} is corrupt ({err}); nothing was changed"
         ) from None
-    from bayes_rbfn.checkpoint import CheckpointError, read_checkpoint
+    from bayes_rbfn.infer.checkpoint import CheckpointError, read_checkpoint
 
     try:
         read_checkpoint(partial / "sampler")
@@ -1138,7 +1138,7 @@ def _announce(plan: FitPlan, console: Console) -> None:
 
 
 def _sample(plan: FitPlan, console: Console, checkpoint: Path | None = None, chunk_size: int = 50) -> Any:
-    from bayes_rbfn.inference import fit
+    from bayes_rbfn.infer.fitting import fit
 
     d = plan.data
     return fit(
@@ -1188,7 +1188,7 @@ class FitResults:
     sd_y: np.ndarray
     saturated: int = 0
     collapsed: int = 0
-    #: The backtest's scores (:func:`bayes_rbfn.inference.backtest_scores`), or None.
+    #: The backtest's scores (:func:`bayes_rbfn.infer.fitting.backtest_scores`), or None.
     backtest: dict | None = None
 
 
@@ -1226,7 +1226,7 @@ def _noise_draws(idata: Any, plan: FitPlan) -> np.ndarray | None:
 def _summarise(plan: FitPlan, idata: Any) -> FitResults:
     import arviz as az
 
-    from bayes_rbfn.diagnostics import check_convergence
+    from bayes_rbfn.infer.diagnostics import check_convergence
 
     names = hyperparameter_names(idata)
     summary = az.summary(idata, var_names=names, round_to="none")
@@ -1267,7 +1267,7 @@ def _summarise(plan: FitPlan, idata: Any) -> FitResults:
 
 
 def _backtest_scores(idata: Any) -> dict:
-    from bayes_rbfn.inference import backtest_scores
+    from bayes_rbfn.infer.fitting import backtest_scores
 
     return backtest_scores(idata)
 
@@ -1275,8 +1275,8 @@ def _backtest_scores(idata: Any) -> dict:
 def _band_of_y(idata: Any, plan: FitPlan) -> tuple[Any, np.ndarray, np.ndarray]:
     """A Gaussian likelihood: the band of a new observation y*, quantiles of the mixture over draws of
     N(m_s, v_s + σ_s²), and the sds of f* and y* by the law of total variance."""
+    from bayes_rbfn.infer.predictive import mixture_moments, mixture_quantiles
     from bayes_rbfn.plots import Band
-    from bayes_rbfn.predictive import mixture_moments, mixture_quantiles
 
     f_mean = np.asarray(idata.predictions["f_mean"].values)
     f_var = np.asarray(idata.predictions["f_var"].values)
@@ -1331,9 +1331,9 @@ def _band_of_the_mean(idata: Any, plan: FitPlan) -> tuple[Any, np.ndarray, np.nd
 def _collapsed_points(plan: FitPlan, idata: Any) -> int:
     """Prediction inputs where SoR/RBFN keep less than half the prior variance (posterior mean over at
     most 200 draws); 0 for models whose predictive cannot collapse."""
-    from bayes_rbfn.collapse import COLLAPSE_THRESHOLD
-    from bayes_rbfn.compare import variance_collapse
+    from bayes_rbfn.infer.collapse import COLLAPSE_THRESHOLD
     from bayes_rbfn.models import get_model
+    from bayes_rbfn.workflows.compare import variance_collapse
 
     if not get_model(plan.model).variance_collapses or plan.Z is None or plan.Z.ndim != 2:
         return 0
@@ -1579,7 +1579,7 @@ def _write_outputs(
     start: float,
     sampling_seconds: float,
 ) -> None:
-    from bayes_rbfn.output import atomic_output_dir
+    from bayes_rbfn.io.output import atomic_output_dir
 
     console.say(f"Writing {plan.out} ...")
     with atomic_output_dir(plan.out, args.overwrite) as tmp:
@@ -1694,9 +1694,9 @@ class ComparePlan:
 
 def plan_compare(args: argparse.Namespace) -> ComparePlan:
     """Load and check everything before the first fit (no user error after sampling has started)."""
-    from bayes_rbfn.inducing import select_inducing
-    from bayes_rbfn.output import default_output_dir, prepare_output_dir
-    from bayes_rbfn.validation import count_distinct_rows
+    from bayes_rbfn.gp.inducing import select_inducing
+    from bayes_rbfn.gp.validation import count_distinct_rows
+    from bayes_rbfn.io.output import default_output_dir, prepare_output_dir
 
     data, source = _load_data(args, DEFAULT_COMPARE_DATASET)
     notes = [data.notes] if data.notes else []
@@ -1792,9 +1792,9 @@ def plan_compare(args: argparse.Namespace) -> ComparePlan:
     ),
 )
 def _run_compare(args: argparse.Namespace, console: Console) -> int:
-    from bayes_rbfn.compare import compare_models
-    from bayes_rbfn.output import atomic_output_dir
-    from bayes_rbfn.sparse import VarianceCollapseWarning
+    from bayes_rbfn.gp.sparse import VarianceCollapseWarning
+    from bayes_rbfn.io.output import atomic_output_dir
+    from bayes_rbfn.workflows.compare import compare_models
 
     start = time.perf_counter()
     configure_jax()
@@ -1935,7 +1935,7 @@ SBC_ALPHA = 0.01
 
 
 def _sbc_arguments(parser: argparse.ArgumentParser) -> None:
-    from bayes_rbfn import sbc
+    from bayes_rbfn.workflows import sbc
 
     parser.epilog = (
         "output folder (--out):\n"
@@ -2007,8 +2007,8 @@ def _sbc_arguments(parser: argparse.ArgumentParser) -> None:
     ),
 )
 def _run_sbc(args: argparse.Namespace, console: Console) -> int:
-    from bayes_rbfn import sbc
-    from bayes_rbfn.output import default_output_dir, prepare_output_dir
+    from bayes_rbfn.io.output import default_output_dir, prepare_output_dir
+    from bayes_rbfn.workflows import sbc
 
     if not (np.isfinite(args.noise_scale) and args.noise_scale >= 1):
         raise UserError(f"argument --noise-scale: must be a finite number ≥ 1, got {args.noise_scale:g}")
@@ -2060,7 +2060,7 @@ def _run_sbc(args: argparse.Namespace, console: Console) -> int:
 def _atomic_sbc(out: Path, overwrite: bool) -> Iterator[Path]:
     """The SBC files and report.txt, moved into ``out`` together (write_sbc's own folder is a subfolder
     of this one's temporary folder, renamed into it)."""
-    from bayes_rbfn.output import atomic_output_dir
+    from bayes_rbfn.io.output import atomic_output_dir
 
     with atomic_output_dir(out, overwrite) as tmp:
         inner = tmp / "sbc"
@@ -2071,7 +2071,7 @@ def _atomic_sbc(out: Path, overwrite: bool) -> Iterator[Path]:
 
 
 def _sbc_report(args: argparse.Namespace, result: Any, out: Path) -> str:
-    from bayes_rbfn import sbc
+    from bayes_rbfn.workflows import sbc
 
     stats = sbc.statistics(result)
     Q = len(result.params)

@@ -5,7 +5,8 @@ renderer, so nothing here touches pyplot's global state or needs a display; the 
 from a script, a notebook or the CLI alike. ArviZ draws the trace and rank plots into axes made here.
 
 The predictive figures take the summaries already computed from the per-draw analytic moments (the
-mixture mean and central intervals of y*, see :func:`bayes_rbfn.predictive.mixture_quantiles`); they do no
+mixture mean and central intervals of y*, see :func:`bayes_rbfn.infer.predictive.mixture_quantiles`); they do
+no
 inference themselves. Inducing inputs Z are marked as ticks along the bottom of each panel.
 """
 

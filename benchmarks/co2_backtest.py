@@ -28,7 +28,7 @@ def run_window(start: float, length: float, model: str, mean: str, workdir: Path
     import pandas as pd
 
     from bayes_rbfn import cli
-    from bayes_rbfn.datasets import load_dataset
+    from bayes_rbfn.io.datasets import load_dataset
 
     co2 = load_dataset("co2")
     table = pd.DataFrame({"year": co2.X[:, 0], "co2": co2.y})

@@ -35,7 +35,7 @@ def main(argv=None) -> None:
     import arviz as az
 
     import bayes_rbfn as br
-    from bayes_rbfn.datasets import load_dataset
+    from bayes_rbfn.io.datasets import load_dataset
 
     coal = load_dataset("coal")
     rows = []

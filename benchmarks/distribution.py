@@ -40,9 +40,9 @@ def main(argv=None) -> None:
     from numpyro.infer import MCMC, NUTS
 
     import bayes_rbfn as br
-    from bayes_rbfn.families import data_scales, get_family
-    from bayes_rbfn.inducing import select_inducing
-    from bayes_rbfn.kernels import SquaredExponential
+    from bayes_rbfn.gp.inducing import select_inducing
+    from bayes_rbfn.gp.kernels import SquaredExponential
+    from bayes_rbfn.models.families import data_scales, get_family
 
     gen = np.random.default_rng(0)
     X = np.sort(gen.uniform(0.0, 10.0, args.N))[:, None]

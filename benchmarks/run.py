@@ -218,8 +218,8 @@ def _grad_fn(module, config):
 
 
 def _config(**kw):
-    from bayes_rbfn.families import FAMILIES
     from bayes_rbfn.models import ModelConfig
+    from bayes_rbfn.models.families import FAMILIES
 
     return ModelConfig(family=FAMILIES["se"], priors={}, **kw)
 
@@ -230,7 +230,7 @@ def _floor_fns(data, M, chunk):
     import jax.numpy as jnp
     from jax import lax
 
-    from bayes_rbfn import kernels
+    from bayes_rbfn.gp import kernels
 
     def materialised(p, X, Z):
         Kfu = kernels.SquaredExponential(p["lengthscale"], p["variance"])(X, Z)
@@ -258,7 +258,7 @@ def _floor_fns(data, M, chunk):
 def section_floor(cfg):
     import jax
 
-    from bayes_rbfn import conditional, linalg, parallel
+    from bayes_rbfn.gp import conditional, linalg, parallel
     from bayes_rbfn.models import sor
 
     N, M = cfg["N"], cfg["M"]
@@ -299,7 +299,7 @@ def section_floor(cfg):
 
 
 def _family_kernel(p):
-    from bayes_rbfn import kernels
+    from bayes_rbfn.gp import kernels
 
     return kernels.SquaredExponential(p["lengthscale"], p["variance"])
 
@@ -309,7 +309,7 @@ def section_accuracy(cfg):
     import jax.numpy as jnp
     import numpy as np
 
-    from bayes_rbfn import conditional, kernels, linalg, parallel
+    from bayes_rbfn.gp import conditional, kernels, linalg, parallel
 
     ld = np.longdouble
 
@@ -373,7 +373,7 @@ def section_accuracy(cfg):
 def section_scaling(cfg):
     import numpy as np
 
-    from bayes_rbfn import parallel
+    from bayes_rbfn.gp import parallel
     from bayes_rbfn.models import sor
 
     M = cfg["M"]
@@ -402,7 +402,7 @@ def section_sharded(cfg):
     import jax
     import numpy as np
 
-    from bayes_rbfn import parallel
+    from bayes_rbfn.gp import parallel
     from bayes_rbfn.models import sor
 
     N, M = cfg["N"], cfg["M"]
@@ -612,8 +612,8 @@ def _pymc_dtc(X, y, X_test, y_test, M, cfg):
     import arviz as az
     import numpy as np
 
-    from bayes_rbfn.families import data_scales, get_family
-    from bayes_rbfn.inducing import select_inducing
+    from bayes_rbfn.gp.inducing import select_inducing
+    from bayes_rbfn.models.families import data_scales, get_family
 
     family = get_family("se")
     priors = family.default_priors(data_scales(X, y))
@@ -648,7 +648,7 @@ def section_predict(cfg, clock):
     import arviz as az
     import numpy as np
 
-    from bayes_rbfn import predictive
+    from bayes_rbfn.infer import predictive
 
     N, M = cfg["N"], cfg["M"]
     X, y, _ = _data(N, 8)
@@ -717,7 +717,7 @@ def section_predict_devices(cfg, clock):
     (``--xla_force_host_platform_device_count``): the draw batches are spread round-robin over them."""
     import jax
 
-    from bayes_rbfn import predictive
+    from bayes_rbfn.infer import predictive
 
     assert jax.device_count() == cfg["devices"], jax.devices()
     assert len(predictive.draw_devices(_config()) or ()) == cfg["devices"]
@@ -766,7 +766,7 @@ def section_million(cfg, clock):
 
     import numpy as np
 
-    from bayes_rbfn.checkpoint import read_checkpoint
+    from bayes_rbfn.infer.checkpoint import read_checkpoint
 
     N, M = cfg["N"], cfg["M"]
     X, y, _ = _data(N, 11)
@@ -848,7 +848,7 @@ def section_memory(cfg, clock):
     """
     import numpy as np
 
-    from bayes_rbfn import predictive
+    from bayes_rbfn.infer import predictive
 
     N, M = cfg["N"], cfg["M"]
     X, y, _ = _data(N, 12)

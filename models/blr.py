@@ -8,7 +8,7 @@ inputs Z that :func:`bayes_rbfn.fit` chooses (``num_inducing=M``):
 
 NUTS samples only the weight precision α and the noise precision β; the weights are marginalised
 analytically, so the log density is the evidence ``ln p(t | α, β) = ln N(t | 0, ΦΦᵀ/α + I/β)`` (Bishop
-(3.86), :func:`bayes_rbfn.blr.log_evidence`, O(NM² + M³)). Per draw:
+(3.86), :func:`bayes_rbfn.gp.blr.log_evidence`, O(NM² + M³)). Per draw:
 
 * predictive (``predict``): Bishop (3.58)–(3.59) for the latent y(x, w) = wᵀφ(x), i.e. mean
   ``m_Nᵀ φ(x) + c`` and variance ``φ(x)ᵀ S_N φ(x)`` *without* the 1/β term (DESIGN §6 stores the latent f);
@@ -16,7 +16,7 @@ analytically, so the log density is the evidence ``ln p(t | α, β) = ln N(t | 0
   ``t ~ N(0, ΦΦᵀ/α + I/β)`` (Bürkner et al. 2020). That covariance is ``Q + D`` with the low-rank part
   ``Q = Φ (αI)⁻¹ Φᵀ`` — the Nyström form ``K_fu K_uu⁻¹ K_uf`` with ``K_fu = Φ`` and ``K_uu = αI``
   (``L_uu = √α I``) — and ``D = I/β``, so it goes through the project's one Woodbury path
-  (:func:`bayes_rbfn.linalg.woodbury`, :func:`bayes_rbfn.conditional.woodbury_loo`) in O(NM²), with no
+  (:func:`bayes_rbfn.gp.linalg.woodbury`, :func:`bayes_rbfn.gp.conditional.woodbury_loo`) in O(NM²), with no
   N×N matrix.
 
 Posterior variables: ``alpha``, ``beta`` and the deterministic ``noise`` = 1/√β, the noise standard
@@ -42,7 +42,7 @@ Choices (documented, as the issue asks):
   ``fixed={"alpha": ..., "beta": ...}``.
 
 The hyperparameters are not a kernel family, so the model carries its own
-:class:`~bayes_rbfn.families.KernelFamily` (:data:`FAMILY`, ``params = ("alpha", "beta")``), which
+:class:`~bayes_rbfn.models.families.KernelFamily` (:data:`FAMILY`, ``params = ("alpha", "beta")``), which
 :func:`bayes_rbfn.fit` uses instead of ``kernel=``.
 
 References
@@ -64,9 +64,9 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-from bayes_rbfn import blr, conditional, linalg
-from bayes_rbfn.families import DataScales, KernelFamily
+from bayes_rbfn.gp import blr, conditional, linalg
 from bayes_rbfn.models.common import ModelMarginal, observe
+from bayes_rbfn.models.families import DataScales, KernelFamily
 from bayes_rbfn.models.spec import ModelConfig, ModelSpec
 
 __all__ = ["FAMILY", "SPEC", "SPECS", "WIDTH_FACTOR", "basis_width", "design_matrix"]
@@ -98,7 +98,7 @@ def design_matrix(X: jax.Array, Z: jax.Array) -> jax.Array:
     """Φ (N, M): Gaussian basis functions centred at Z with :func:`basis_width`, Bishop (3.4), no bias.
 
     The per-dimension widths are applied by scaling the coordinates, so that
-    :func:`bayes_rbfn.blr.gaussian_basis` sees a unit width.
+    :func:`bayes_rbfn.gp.blr.gaussian_basis` sees a unit width.
     """
     width = basis_width(Z)
     return blr.gaussian_basis(X / width, Z / width, 1.0)
@@ -192,7 +192,7 @@ def log_likelihood(params: dict, data: dict, config: ModelConfig) -> jax.Array:
     """LOO conditionals ``ln p(t_i | t_−i, α, β)`` of t ~ N(0, ΦΦᵀ/α + I/β), shape (N,), in O(NM²).
 
     ``ΦΦᵀ/α = K_fu K_uu⁻¹ K_uf`` with ``K_fu = Φ``, ``L_uu = √α I``, so the covariance is factorised by
-    :func:`bayes_rbfn.linalg.woodbury` with ``d = 1/β`` (see the module docstring).
+    :func:`bayes_rbfn.gp.linalg.woodbury` with ``d = 1/β`` (see the module docstring).
     """
     Phi = design_matrix(data["X"], data["Z"])
     t = data["y"] - data["y_offset"]

@@ -24,8 +24,8 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
-from bayes_rbfn.families import KernelFamily
-from bayes_rbfn.kernels import Kernel
+from bayes_rbfn.gp.kernels import Kernel
+from bayes_rbfn.models.families import KernelFamily
 
 __all__ = [
     "LINEAR_MEAN_PARAMS",

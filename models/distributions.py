@@ -22,7 +22,8 @@ Gaussian noise; ``ExactGP(kernel, X, noise)`` the exact one::
 with Q_ff = K_fu K_uu⁻¹ K_uf and m the mean (a number, an (N,) array, or a callable of X).
 
 * ``log_prob`` costs O(NM²) and goes through the package's one streamed, whitened pass
-  (:func:`bayes_rbfn.parallel.sor_factor`; FITC's diagonal from :func:`bayes_rbfn.parallel.nystrom_variance`):
+  (:func:`bayes_rbfn.gp.parallel.sor_factor`; FITC's diagonal from
+  :func:`bayes_rbfn.gp.parallel.nystrom_variance`):
   no N×N matrix. It is -inf, never NaN, when a factorisation fails (so NUTS rejects the step).
 * **VFE is a bound, not a density**: exp(log_prob) integrates over y to exp(−tr(K_ff − Q_ff)/(2σ²)) ≤ 1
   ([2] eq. (9)); NUTS on it samples a pseudo-posterior (see :mod:`bayes_rbfn.models.sparse_models`).
@@ -30,7 +31,7 @@ with Q_ff = K_fu K_uu⁻¹ K_uf and m the mean (a number, an (N,) array, or a ca
 * ``sample`` costs O(NM) per draw through the low-rank structure: f = K_fu L_uu⁻ᵀ v with v ~ N(0, I_M),
   plus FITC's independent diag(K_ff − Q_ff), plus σε.
 * :meth:`SparseGP.condition` returns the analytic predictive of the latent f* at new inputs from the same
-  functions as :mod:`bayes_rbfn.conditional` and :mod:`bayes_rbfn.sparse`; :meth:`SparseGP.loo_log_prob`
+  functions as :mod:`bayes_rbfn.gp.conditional` and :mod:`bayes_rbfn.gp.sparse`; :meth:`SparseGP.loo_log_prob`
   the N leave-one-out conditionals log p(y_i | y_−i) in O(NM²), for PSIS-LOO
   (:func:`bayes_rbfn.models.distributions.loo_log_likelihood` puts them into an InferenceData).
 
@@ -54,10 +55,10 @@ import numpy as np
 import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
-from bayes_rbfn import conditional, linalg, parallel, sparse
-from bayes_rbfn.kernels import Kernel
+from bayes_rbfn.gp import conditional, linalg, parallel, sparse
+from bayes_rbfn.gp.kernels import Kernel
+from bayes_rbfn.gp.validation import check_X
 from bayes_rbfn.models.means import mean_vector
-from bayes_rbfn.validation import check_X
 
 __all__ = ["APPROXIMATIONS", "ExactGP", "SparseGP", "loo_log_likelihood"]
 
@@ -82,7 +83,7 @@ class _GaussianProcessMarginal(dist.Distribution):
 
     def _init_common(self, kernel: Kernel, X: Any, noise: Any, mean: Any, validate_args: Any) -> None:
         if not isinstance(kernel, Kernel):
-            raise ValueError(f"kernel: expected a bayes_rbfn.kernels.Kernel, got {type(kernel).__name__}")
+            raise ValueError(f"kernel: expected a bayes_rbfn.gp.kernels.Kernel, got {type(kernel).__name__}")
         self.kernel = kernel
         self.X = check_X(X, "X")
         self.noise = jnp.asarray(noise, dtype=self.X.dtype)
@@ -117,15 +118,16 @@ class SparseGP(_GaussianProcessMarginal):
     """y ~ the marginal of a sparse GP with inducing inputs Z, plus N(0, σ²) noise; event shape (N,).
 
     Args:
-        kernel: a :class:`~bayes_rbfn.kernels.Kernel` (its hyperparameters may be NumPyro sample values).
+        kernel: a :class:`~bayes_rbfn.gp.kernels.Kernel` (its hyperparameters may be NumPyro sample values).
         X: (N, D) or (N,) inputs. Z: (M, D) or (M,) inducing inputs (the RBF centres).
         noise: σ, the noise standard deviation (a scalar).
         approx: ``"sor"`` (default), ``"dtc"``, ``"fitc"`` or ``"vfe"`` (see the module docstring; VFE's
             ``log_prob`` is Titsias's bound, not a normalised density).
         mean: the prior mean: a number, an (N,) array, or a callable of X returning (N,).
-        jitter: relative jitter on K_uu (default: the package's policy, :func:`bayes_rbfn.linalg.cholesky`).
+        jitter: relative jitter on K_uu (default: the package's policy,
+            :func:`bayes_rbfn.gp.linalg.cholesky`).
         fast, chunk_size, mesh: performance settings of the streamed pass
-            (:func:`bayes_rbfn.parallel.woodbury_stats`): sums before whitening, data points per chunk,
+            (:func:`bayes_rbfn.gp.parallel.woodbury_stats`): sums before whitening, data points per chunk,
             and a :class:`jax.sharding.Mesh` with a ``"data"`` axis to shard the pass over its devices.
     """
 
@@ -205,8 +207,8 @@ class SparseGP(_GaussianProcessMarginal):
     ) -> dist.Distribution:
         """The analytic predictive of the latent f* at X_test given y, as a NumPyro distribution.
 
-        SoR: f* = K_*u α with α | y Gaussian (:func:`bayes_rbfn.conditional.sor_predict`); DTC, FITC and
-        VFE: :func:`bayes_rbfn.sparse.dtc_predict`/``fitc_predict``/``vfe_predict`` ([1] eqs. (21), (25)).
+        SoR: f* = K_*u α with α | y Gaussian (:func:`bayes_rbfn.gp.conditional.sor_predict`); DTC, FITC and
+        VFE: :func:`bayes_rbfn.gp.sparse.dtc_predict`/``fitc_predict``/``vfe_predict`` ([1] eqs. (21), (25)).
 
         Args:
             y: (N,) observations. X_test: (S, D) or (S,) inputs.
@@ -271,7 +273,7 @@ class ExactGP(_GaussianProcessMarginal):
     def condition(
         self, y: Any, X_test: Any, *, full_cov: bool = False, mean_test: Any = None
     ) -> dist.Distribution:
-        """The exact predictive of the latent f* at X_test (:func:`bayes_rbfn.conditional.exact_predict`)."""
+        """The exact predictive of the latent f* at X_test (see :func:`conditional.exact_predict`)."""
         X_test = check_X(X_test, "X_test", dim=self.X.shape[1]).astype(self.X.dtype)
         r = jnp.asarray(y, self.X.dtype) - self.loc
         moments = conditional.exact_predict(self.kernel, self.X, r, self.noise, X_test, full_cov=full_cov)

@@ -6,7 +6,7 @@ from functools import partial
 
 import jax
 
-from bayes_rbfn import conditional
+from bayes_rbfn.gp import conditional
 from bayes_rbfn.models.common import centred_y, observe, prior_mean, sample_parameters
 from bayes_rbfn.models.distributions import ExactGP
 from bayes_rbfn.models.spec import ModelConfig, ModelSpec

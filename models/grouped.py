@@ -29,7 +29,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-from bayes_rbfn import conditional, linalg
+from bayes_rbfn.gp import conditional, linalg
 from bayes_rbfn.models.common import ModelMarginal, observe
 from bayes_rbfn.models.spec import ModelConfig, ModelSpec
 

@@ -29,10 +29,10 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-from bayes_rbfn import linalg
-from bayes_rbfn.kernels import Kernel
+from bayes_rbfn.gp import linalg
+from bayes_rbfn.gp.kernels import Kernel
+from bayes_rbfn.gp.validation import check_X
 from bayes_rbfn.models.means import mean_vector
-from bayes_rbfn.validation import check_X
 
 __all__ = ["predict_rbfn", "rbfn"]
 
@@ -44,16 +44,17 @@ def rbfn(
 
     Args:
         name: the site of f; the whitened weights are ``{name}_v``, the weights ``{name}_alpha``.
-        kernel: a :class:`~bayes_rbfn.kernels.Kernel` (hyperparameters may be sample values).
+        kernel: a :class:`~bayes_rbfn.gp.kernels.Kernel` (hyperparameters may be sample values).
         X: (N, D) or (N,) inputs. Z: (M, D) or (M,) centres (inducing inputs).
         mean: m(x): a number, an (N,) array or a callable of X.
-        jitter: relative jitter on K_uu (default: the package's policy, :func:`bayes_rbfn.linalg.cholesky`).
+        jitter: relative jitter on K_uu (default: the package's policy,
+        :func:`bayes_rbfn.gp.linalg.cholesky`).
 
     Returns:
         f = m + K_fu α, shape (N,), also recorded as the deterministic site ``name``.
     """
     if not isinstance(kernel, Kernel):
-        raise ValueError(f"kernel: expected a bayes_rbfn.kernels.Kernel, got {type(kernel).__name__}")
+        raise ValueError(f"kernel: expected a bayes_rbfn.gp.kernels.Kernel, got {type(kernel).__name__}")
     X = check_X(X, "X")
     Z = check_X(Z, "Z", dim=X.shape[1]).astype(X.dtype)
     M = Z.shape[0]

@@ -5,7 +5,7 @@ is the SoR marginal likelihood through the one Woodbury path (no N×N matrix), g
 factorisation is -inf. The per-draw predictive is the SoR conditional of DESIGN §3.2.
 
 The O(NM²) sums over the data (log density, its gradient, the LOO conditionals and the predictive) are
-taken by :mod:`bayes_rbfn.parallel`: streamed in cache-sized chunks without ever forming K_uf, whitened
+taken by :mod:`bayes_rbfn.gp.parallel`: streamed in cache-sized chunks without ever forming K_uf, whitened
 before summing, with a hand-written reverse pass, and sharded over devices when ``config.mesh`` is set.
 """
 
@@ -15,7 +15,7 @@ from functools import partial
 
 import jax
 
-from bayes_rbfn import linalg, parallel
+from bayes_rbfn.gp import linalg, parallel
 from bayes_rbfn.models.common import centred_y, observe, prior_mean, sample_parameters
 from bayes_rbfn.models.distributions import SparseGP
 from bayes_rbfn.models.spec import ModelConfig, ModelSpec

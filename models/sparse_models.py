@@ -2,8 +2,8 @@
 
 SoR (:mod:`bayes_rbfn.models.sor`, the Bayesian RBFN) puts the Nyström covariance Q everywhere, at test
 points too, so its predictive variance vanishes away from the inducing inputs Z (DESIGN §3.4). The models
-here keep SoR's O(NM²) cost and its one Woodbury path (:func:`bayes_rbfn.linalg.woodbury`, reached through
-:mod:`bayes_rbfn.sparse`), and differ in what they condition on and how they predict:
+here keep SoR's O(NM²) cost and its one Woodbury path (:func:`bayes_rbfn.gp.linalg.woodbury`, reached through
+:mod:`bayes_rbfn.gp.sparse`), and differ in what they condition on and how they predict:
 
 * ``dtc`` — log density log N(y | 0, Q_ff + σ²I), SoR's ([1] eq. (20)); predictive
   N(K_*u Σ K_uf y/σ², K_** − Q_** + K_*u Σ K_u*) ([1] eq. (21));
@@ -37,7 +37,7 @@ approximation can handle; (ii) it is biased, typically towards longer lengthscal
 is too small; (iii) it is most useful as a check: when the VFE and exact posteriors agree, M is large
 enough. For the stored LOO values, the trace term depends on the inputs only, never on y, so it acts as an
 X-dependent factor of the prior; given it, the targets have DTC's likelihood N(y | 0, Q_ff + σ²I), whose
-leave-one-out conditionals are stored (:func:`bayes_rbfn.sparse.vfe_loo`). PSIS-LOO then estimates the
+leave-one-out conditionals are stored (:func:`bayes_rbfn.gp.sparse.vfe_loo`). PSIS-LOO then estimates the
 predictive density of a left-out *target* (its input x_i stays in the trace), a proper density.
 
 **asor** is the augmentation of Rasmussen & Quiñonero-Candela [3] ("healing the RVM") applied to SoR:
@@ -52,7 +52,7 @@ just outside the data, where SoR with few inducing inputs underfits, the augment
 The stored ``log_likelihood`` of every model is its LOO conditional log p(y_i | y_−i, θ) under the density
 NUTS sampled (the condition for PSIS-LOO to be valid, [4]): dtc, vfe and asor store SoR's; fitc its own.
 So SoR, DTC and ASoR tie under PSIS-LOO (same posterior, same conditionals) and are told apart by
-held-out data (:func:`bayes_rbfn.compare.compare_models` with ``X_test``/``y_test``).
+held-out data (:func:`bayes_rbfn.workflows.compare.compare_models` with ``X_test``/``y_test``).
 
 References
 ----------
@@ -74,7 +74,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from bayes_rbfn import conditional, linalg, sparse
+from bayes_rbfn.gp import conditional, linalg, sparse
 from bayes_rbfn.models import sor
 from bayes_rbfn.models.common import centred_y, observe, prior_mean, sample_parameters
 from bayes_rbfn.models.spec import ModelConfig, ModelSpec
@@ -244,7 +244,7 @@ def augmented_sor_predict(
     """Latent f* under SoR with inducing inputs Z ∪ {x*}, one test point x* at a time ([3]).
 
     ``factor`` is SoR's Woodbury factorisation of Q_ff + σ²I for the centred y
-    (:func:`bayes_rbfn.sparse.dtc_factor`): L_uu, L_B with B = I + A Aᵀ/σ², A = L_uu⁻¹ K_uf, and
+    (:func:`bayes_rbfn.gp.sparse.dtc_factor`): L_uu, L_B with B = I + A Aᵀ/σ², A = L_uu⁻¹ K_uf, and
     c = L_B⁻¹ A y/σ². Adding x* to Z borders L_uu by the row (a*ᵀ, √γ), a* = L_uu⁻¹ k_u*,
     γ = k** − ‖a*‖² (the squared power function of Z at x*); that adds the row wᵀ = (k_*f − a*ᵀA)/√γ to A
     and borders L_B by the row (lᵀ, δ),
@@ -255,7 +255,7 @@ def augmented_sor_predict(
 
         mean = bᵀc + e (wᵀy/σ² − lᵀc)/δ,       var = ‖b‖² + e²,
 
-    i.e. SoR's moments at x* (:func:`bayes_rbfn.conditional.sor_predict`: bᵀc and ‖b‖²) plus a
+    i.e. SoR's moments at x* (:func:`bayes_rbfn.gp.conditional.sor_predict`: bᵀc and ‖b‖²) plus a
     correction; the variance correction e² is non-negative, and tends to k** far from Z and from the
     data. O(NM) per test point; points are processed ``point_batch`` at a time (``jax.lax.map``), so the
     memory is O(point_batch · N) per draw rather than O(S · N).
@@ -264,12 +264,13 @@ def augmented_sor_predict(
     augmented Nyström covariance reproduces k(x*, x*) and k(x*, X) exactly.
 
     Args:
-        factor: SoR's :class:`~bayes_rbfn.linalg.Woodbury` for y. kernel: covariance function.
+        factor: SoR's :class:`~bayes_rbfn.gp.linalg.Woodbury` for y. kernel: covariance function.
         X: (N, D) training inputs. y: (N,) the centred targets ``factor`` was built for. Z: (M, D).
         noise: σ. X_test: (S, D). point_batch: test points per vectorised step.
 
     Returns:
-        :class:`~bayes_rbfn.conditional.Gaussian` with ``mean`` (S,) and ``var`` (S,); no ``cov``: each test
+        :class:`~bayes_rbfn.gp.conditional.Gaussian` with ``mean`` (S,) and ``var`` (S,); no ``cov``: each
+        test
         point has its own augmented model, so there is no joint predictive.
     """
     sigma2 = noise**2

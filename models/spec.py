@@ -12,7 +12,7 @@ from typing import Any
 
 import numpyro.distributions as dist
 
-from bayes_rbfn.families import KernelFamily
+from bayes_rbfn.models.families import KernelFamily
 from bayes_rbfn.models.likelihoods import LIKELIHOODS, Likelihood
 
 
@@ -30,7 +30,7 @@ class ModelConfig:
     fixed: Mapping[str, Any] = field(default_factory=dict)
     hyperprior: bool = False
     jitter: float | None = None
-    #: Performance settings of the streamed O(NM²) pass of the SoR family (:mod:`bayes_rbfn.parallel`):
+    #: Performance settings of the streamed O(NM²) pass of the SoR family (:mod:`bayes_rbfn.gp.parallel`):
     #: ``fast`` takes the sums before whitening (fewer flops, ill-conditioned; off by default),
     #: ``chunk_size`` is the number of data points per chunk (None: cache-sized), ``mesh`` a
     #: :class:`jax.sharding.Mesh` with a ``"data"`` axis to shard the pass over its devices.
@@ -69,7 +69,7 @@ class ModelSpec:
     #: The predictive's prior at a test point is the Nyström Q_** (sor, rbfn): it loses the prior variance
     #: far from the inducing inputs, and the drivers check and report where it does.
     variance_collapses: bool = False
-    #: Its O(NM²) pass runs through :mod:`bayes_rbfn.parallel`, so ``fit(shard=...)`` can split the data
+    #: Its O(NM²) pass runs through :mod:`bayes_rbfn.gp.parallel`, so ``fit(shard=...)`` can split the data
     #: over devices.
     shards_data: bool = False
 

@@ -33,7 +33,7 @@ numpyro.enable_x64()
 import matplotlib.pyplot as plt
 import numpy as np
 
-from bayes_rbfn import blr
+from bayes_rbfn.gp import blr
 
 OUT = Path(os.environ.get("NOTEBOOK_OUTPUT_DIR") or tempfile.mkdtemp(prefix="bayes_rbfn_nb02_"))
 OUT.mkdir(parents=True, exist_ok=True)

@@ -42,9 +42,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import scipy.optimize
 
-from bayes_rbfn import basis, conditional
-from bayes_rbfn.datasets import load_dataset
-from bayes_rbfn.kernels import SquaredExponential
+from bayes_rbfn.gp import basis, conditional
+from bayes_rbfn.gp.kernels import SquaredExponential
+from bayes_rbfn.io.datasets import load_dataset
 
 OUT = Path(os.environ.get("NOTEBOOK_OUTPUT_DIR") or tempfile.mkdtemp(prefix="bayes_rbfn_nb03_"))
 OUT.mkdir(parents=True, exist_ok=True)
@@ -124,7 +124,7 @@ exact_mean, exact_var = np.asarray(exact.mean), np.asarray(exact.var)
 #
 # Regular grids of M centres over [−3 − 3ℓ, 10 + 3ℓ] (the test grid plus a margin of 3ℓ). The error of
 # the BLR predictive (mean and variance of the latent f) against the exact GP is the maximum over the 301
-# test points. The theory (module docstring of `bayes_rbfn.basis`) predicts a decay like
+# test points. The theory (module docstring of `bayes_rbfn.gp.basis`) predicts a decay like
 # `exp(−π² ℓ² / (2 Δ²))` in the spacing Δ, down to the rounding floor.
 
 # %%

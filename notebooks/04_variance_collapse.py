@@ -39,10 +39,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import scipy.optimize
 
-from bayes_rbfn import conditional, sparse
-from bayes_rbfn.datasets import load_dataset
-from bayes_rbfn.inducing import select_inducing
-from bayes_rbfn.kernels import SquaredExponential
+from bayes_rbfn.gp import conditional, sparse
+from bayes_rbfn.gp.inducing import select_inducing
+from bayes_rbfn.gp.kernels import SquaredExponential
+from bayes_rbfn.io.datasets import load_dataset
 
 OUT = Path(os.environ.get("NOTEBOOK_OUTPUT_DIR") or tempfile.mkdtemp(prefix="bayes_rbfn_nb04_"))
 OUT.mkdir(parents=True, exist_ok=True)

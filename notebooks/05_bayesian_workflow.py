@@ -38,7 +38,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import bayes_rbfn as br
-from bayes_rbfn.datasets import load_dataset
+from bayes_rbfn.io.datasets import load_dataset
 
 OUT = Path(os.environ.get("NOTEBOOK_OUTPUT_DIR") or tempfile.mkdtemp(prefix="bayes_rbfn_nb05_"))
 OUT.mkdir(parents=True, exist_ok=True)
@@ -48,7 +48,7 @@ START = time.perf_counter()
 # ## NUTS on the SoR model (Snelson)
 #
 # M = 15 k-means inducing inputs; default weakly-informative priors scaled to the data
-# (`bayes_rbfn.families`); two chains of 300 warm-up and 300 kept draws — short, to keep the notebook fast;
+# (`bayes_rbfn.models.families`); two chains of 300 warm-up and 300 kept draws — short, to keep the notebook fast;
 # the diagnostics below say whether that was enough.
 
 # %%

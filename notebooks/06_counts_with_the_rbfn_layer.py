@@ -44,9 +44,9 @@ import numpyro.distributions as dist
 from numpyro.infer import MCMC, NUTS, Predictive
 
 import bayes_rbfn as br
-from bayes_rbfn.datasets import load_dataset
-from bayes_rbfn.inducing import select_inducing
-from bayes_rbfn.kernels import SquaredExponential
+from bayes_rbfn.gp.inducing import select_inducing
+from bayes_rbfn.gp.kernels import SquaredExponential
+from bayes_rbfn.io.datasets import load_dataset
 
 OUT = Path(os.environ.get("NOTEBOOK_OUTPUT_DIR") or tempfile.mkdtemp(prefix="bayes_rbfn_nb06_"))
 OUT.mkdir(parents=True, exist_ok=True)

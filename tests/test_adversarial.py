@@ -32,8 +32,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from stochastic import record, seed
 
-from bayes_rbfn import conditional, linalg
-from bayes_rbfn.kernels import SquaredExponential
+from bayes_rbfn.gp import conditional, linalg
+from bayes_rbfn.gp.kernels import SquaredExponential
 
 KAPPA_MAX = 1e7
 RTOL = 1e-5
@@ -363,9 +363,9 @@ PAIRED_Y = np.sin(3.0 * PAIRED_X)  # equal targets at coincident inputs
 
 def test_log_density_is_minus_inf_exactly_below_the_wall():
     """The construction of the NUTS test below: -inf (not NaN) for σ below the wall, finite above it."""
-    from bayes_rbfn.families import get_family
     from bayes_rbfn.models import ModelConfig
     from bayes_rbfn.models import exact as exact_model
+    from bayes_rbfn.models.families import get_family
 
     config = ModelConfig(family=get_family("se"), priors={})
     data = {"X": jnp.asarray(PAIRED_X[:, None]), "y": jnp.asarray(PAIRED_Y), "y_offset": jnp.asarray(0.0)}
@@ -388,7 +388,7 @@ def test_nuts_keeps_running_through_failed_factorisations():
     rejected steps reported as divergences."""
     import numpyro.distributions as dist
 
-    from bayes_rbfn.inference import fit
+    from bayes_rbfn.infer.fitting import fit
 
     priors = {"lengthscale": dist.LogNormal(np.log(0.5), 0.5), "noise": dist.LogNormal(np.log(1e-6), 3.0)}
     with warnings.catch_warnings():

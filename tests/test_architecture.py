@@ -1,8 +1,10 @@
 """The package's import graph, read from the source with ``ast`` (nothing is imported).
 
-Proves: no import cycle between the modules of ``bayes_rbfn`` and ``bayes_rbfn.models`` (imports inside
-functions count: a lazy import only hides a cycle); nothing whose name starts with ``_`` is imported from
-another module of the project, tests and benchmarks included; every module declares ``__all__``.
+Proves: imports only run down the layers of DESIGN §4 (``gp`` → ``models`` → ``infer`` → ``workflows`` →
+``cli``; ``io`` beside ``gp``) — see :data:`MAY_IMPORT`; no import cycle between the modules of
+``bayes_rbfn`` and ``bayes_rbfn.models`` (imports inside functions count: a lazy import only hides a cycle);
+nothing whose name starts with ``_`` is imported from another module of the project, tests and benchmarks
+included; every module and package declares ``__all__``.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ PACKAGES = {ROOT / "bayes_rbfn": "bayes_rbfn", ROOT / "models": "bayes_rbfn.mode
 def package_modules() -> dict[str, Path]:
     modules = {}
     for folder, package in PACKAGES.items():
-        for path in sorted(folder.glob("*.py")):
-            modules[package if path.stem == "__init__" else f"{package}.{path.stem}"] = path
+        for path in sorted(folder.rglob("*.py")):
+            parts = [package, *path.relative_to(folder).with_suffix("").parts]
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return modules
 
 
@@ -75,6 +78,52 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
         if v not in index:
             visit(v)
     return found
+
+
+#: Layer → the layers its modules may import (besides their own). ``runtime`` (process options) and
+#: ``defaults`` (constants) import nothing of the package; ``plots`` draws what it is given.
+MAY_IMPORT = {
+    "runtime": set(),
+    "defaults": set(),
+    "io": set(),
+    "data": set(),  # the packaged files
+    "gp": set(),
+    "models": {"gp"},
+    "infer": {"gp", "models", "io", "runtime", "defaults"},
+    "plots": set(),
+    "workflows": {"gp", "models", "infer", "io", "runtime", "defaults", "plots"},
+    "cli": {"", "gp", "models", "infer", "workflows", "io", "runtime", "defaults", "plots"},
+    "__main__": {"cli"},
+    "": {"gp", "models", "infer"},  # the package's lazy public names
+}
+
+
+def layer(module: str) -> str:
+    """``bayes_rbfn.gp.sparse`` → ``gp``; ``bayes_rbfn`` → ``""``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def upward_imports(edges: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{module} -> {target}"
+        for module, targets in edges.items()
+        for target in targets
+        if layer(target) != layer(module) and layer(target) not in MAY_IMPORT[layer(module)]
+    )
+
+
+def test_every_module_is_in_a_layer():
+    assert {layer(m) for m in MODULES} <= MAY_IMPORT.keys()
+
+
+def test_the_layer_check_finds_an_upward_import():
+    edges = {"bayes_rbfn.gp.sparse": {"bayes_rbfn.infer.fitting", "bayes_rbfn.gp.linalg"}}
+    assert upward_imports(edges) == ["bayes_rbfn.gp.sparse -> bayes_rbfn.infer.fitting"]
+
+
+def test_imports_only_run_down_the_layers():
+    assert upward_imports(graph()) == []
 
 
 def test_the_cycle_finder_finds_a_cycle():

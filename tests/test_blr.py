@@ -12,7 +12,7 @@ import pytest
 from conftest import RTOL, assert_close
 from scipy import stats
 
-from bayes_rbfn import blr
+from bayes_rbfn.gp import blr
 
 # (id, input dim, N, number of centres per dim, bias, alpha, beta)
 CASES = [

@@ -4,7 +4,7 @@ Each piece of the model against a reference that does not share its code path:
 
 * the log density against SciPy's ``multivariate_normal.logpdf`` of t ~ N(0, ΦΦᵀ/α + I/β), with Φ built
   by hand in NumPy (Bishop (3.4) with the documented width rule);
-* the per-draw predictive against :func:`bayes_rbfn.blr.predictive` (Bishop (3.58)–(3.59), latent);
+* the per-draw predictive against :func:`bayes_rbfn.gp.blr.predictive` (Bishop (3.58)–(3.59), latent);
 * the stored LOO conditionals against dense leave-one-out refits (tests/reference.py);
 * a short NUTS fit on Snelson's data: r_hat, and the posterior mean of β against the posterior mean from
   2-D quadrature over (log α, log β) (in MCSE) and against the evidence-maximising β of Bishop's
@@ -30,12 +30,12 @@ from numpyro.infer.util import log_density as numpyro_log_density
 from stochastic import K_MCSE, assert_converged, seed
 
 import bayes_rbfn as br
-from bayes_rbfn import blr
-from bayes_rbfn.datasets import load_dataset
-from bayes_rbfn.families import data_scales
-from bayes_rbfn.inducing import select_inducing
+from bayes_rbfn.gp import blr
+from bayes_rbfn.gp.inducing import select_inducing
+from bayes_rbfn.io.datasets import load_dataset
 from bayes_rbfn.models import ModelConfig, get_model
 from bayes_rbfn.models import blr as blr_model
+from bayes_rbfn.models.families import data_scales
 
 
 def _snelson(m=12):

@@ -24,12 +24,12 @@ from conftest import assert_close
 from reference import gram, jittered, sor_function_space
 
 from bayes_rbfn import cli
-from bayes_rbfn.datasets import load_dataset
+from bayes_rbfn.io.datasets import load_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 # Tiny fits give high Pareto k̂ for a few points; the CLI reports that in words, here it is noise.
 pytestmark = pytest.mark.filterwarnings("ignore:Estimated shape parameter of Pareto")
-#: Relative jitter of the library's policy in float64 (bayes_rbfn.linalg.JITTER), applied by the reference.
+#: Relative jitter of the library's policy in float64 (bayes_rbfn.gp.linalg.JITTER), applied by the reference.
 JITTER = 1e-8
 
 SMALL = ["--chains", "2", "--draws", "40", "--warmup", "40", "--quiet"]
@@ -213,11 +213,11 @@ def test_fit_prints_progress_and_report(tmp_path, capsys):
 
 def test_ctrl_c_while_writing_leaves_nothing(snelson_run, tmp_path, capsys, monkeypatch):
     """An interrupt after inference.nc is written (here: while plotting) removes the whole folder."""
-    import bayes_rbfn.inference
+    import bayes_rbfn.infer.fitting
     import bayes_rbfn.plots
 
     idata = az.from_netcdf(snelson_run / "inference.nc")
-    monkeypatch.setattr(bayes_rbfn.inference, "fit", lambda *a, **k: idata)
+    monkeypatch.setattr(bayes_rbfn.infer.fitting, "fit", lambda *a, **k: idata)
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -233,10 +233,10 @@ def test_ctrl_c_while_writing_leaves_nothing(snelson_run, tmp_path, capsys, monk
 
 
 def test_overwrite_replaces_an_existing_folder(snelson_run, tmp_path, capsys, monkeypatch):
-    import bayes_rbfn.inference
+    import bayes_rbfn.infer.fitting
 
     idata = az.from_netcdf(snelson_run / "inference.nc")
-    monkeypatch.setattr(bayes_rbfn.inference, "fit", lambda *a, **k: idata)
+    monkeypatch.setattr(bayes_rbfn.infer.fitting, "fit", lambda *a, **k: idata)
     out = tmp_path / "old"
     out.mkdir()
     (out / "notes.txt").write_text("old results")
@@ -416,8 +416,8 @@ def test_help_explains_every_option(capsys):
         "--quiet", "--no-plots",
     ):  # fmt: skip
         assert option in stdout, option
-    from bayes_rbfn.families import FAMILIES
     from bayes_rbfn.models import available_models
+    from bayes_rbfn.models.families import FAMILIES
 
     for name in [*available_models(), *FAMILIES]:
         assert re.search(rf"^\s+{re.escape(name)}\s", stdout, re.M), f"{name} not listed in fit --help"

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import bayes_rbfn.inference
+import bayes_rbfn.infer.fitting
 from bayes_rbfn import cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,7 +30,7 @@ def no_sampling(monkeypatch, tmp_path):
     def fit(*args, **kwargs):
         raise AssertionError("fit() was called: bad input must be refused before sampling")
 
-    monkeypatch.setattr(bayes_rbfn.inference, "fit", fit)
+    monkeypatch.setattr(bayes_rbfn.infer.fitting, "fit", fit)
     monkeypatch.chdir(tmp_path)
 
 
@@ -303,7 +303,7 @@ def test_ctrl_c_during_sampling_writes_nothing(capsys, tmp_path, good_csv, monke
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(bayes_rbfn.inference, "fit", interrupted)
+    monkeypatch.setattr(bayes_rbfn.infer.fitting, "fit", interrupted)
     before = listing(tmp_path)
     status = cli.main([str(a) for a in fit_csv(good_csv)])
     captured = capsys.readouterr()

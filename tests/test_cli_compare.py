@@ -17,7 +17,7 @@ from scipy.special import logsumexp
 from scipy.stats import norm
 
 from bayes_rbfn import cli
-from bayes_rbfn.datasets import load_dataset
+from bayes_rbfn.io.datasets import load_dataset
 
 pytestmark = pytest.mark.filterwarnings("ignore:Estimated shape parameter of Pareto")
 

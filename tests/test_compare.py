@@ -1,4 +1,4 @@
-"""Model comparison (bayes_rbfn.compare) and the MCMC-level checks of the sparse models.
+"""Model comparison (bayes_rbfn.workflows.compare) and the MCMC-level checks of the sparse models.
 
 One module-scoped comparison fits the exact GP, SoR, DTC, FITC and VFE with NUTS to the same data: N = 60
 points of a draw from an SE GP with a short lengthscale (0.06 on [0, 1]), M = 5 inducing inputs, so the
@@ -39,13 +39,19 @@ from stochastic import (
     seed,
 )
 
-from bayes_rbfn import compare
-from bayes_rbfn.compare import Comparison, compare_models, elpd_test, predictive_bands, variance_collapse
-from bayes_rbfn.inference import rebuild
-from bayes_rbfn.io import InputError
-from bayes_rbfn.kernels import SquaredExponential
-from bayes_rbfn.predictive import mixture_moments
-from bayes_rbfn.sparse import VarianceCollapseWarning
+from bayes_rbfn.gp.kernels import SquaredExponential
+from bayes_rbfn.gp.sparse import VarianceCollapseWarning
+from bayes_rbfn.infer.fitting import rebuild
+from bayes_rbfn.infer.predictive import mixture_moments
+from bayes_rbfn.io.reader import InputError
+from bayes_rbfn.workflows import compare
+from bayes_rbfn.workflows.compare import (
+    Comparison,
+    compare_models,
+    elpd_test,
+    predictive_bands,
+    variance_collapse,
+)
 
 MODELS = ("exact", "sor", "dtc", "fitc", "vfe")
 SPARSE = ("sor", "dtc", "fitc", "vfe")

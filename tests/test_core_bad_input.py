@@ -1,10 +1,11 @@
-"""Bad input at the public entry points of :mod:`bayes_rbfn.conditional` (DESIGN §5: clear errors, never NaN).
+"""Bad input at the public entry points of :mod:`bayes_rbfn.gp.conditional` (DESIGN §5: clear errors, never
+NaN).
 
 Every public entry point that takes the offending argument must raise ``ValueError`` whose message names
 that argument: mismatched shapes, NaN/inf in X, y, Z or X_test, non-positive or non-finite noise and
 kernel hyperparameters (also when a kernel rebuilt as a pytree bypasses the constructor's check),
 duplicate inducing points, and more inducing points than distinct inputs. A kernel matrix that cannot be
-factorised outside traced code raises :class:`bayes_rbfn.linalg.FactorisationError` (a ``ValueError``).
+factorised outside traced code raises :class:`bayes_rbfn.gp.linalg.FactorisationError` (a ``ValueError``).
 """
 
 import inspect
@@ -13,8 +14,8 @@ import jax
 import numpy as np
 import pytest
 
-from bayes_rbfn import conditional, linalg
-from bayes_rbfn import kernels as K
+from bayes_rbfn.gp import conditional, linalg
+from bayes_rbfn.gp import kernels as K
 
 ENTRY_POINTS = {
     "exact_gp": conditional.exact_gp,
@@ -89,7 +90,7 @@ BAD = [
     (
         "kernel-not-a-kernel",
         {"kernel": lambda a, b: a @ b.T},
-        r"^kernel: expected a bayes_rbfn.kernels.Kernel",
+        r"^kernel: expected a bayes_rbfn.gp.kernels.Kernel",
     ),
     (
         "kernel-negative-variance",

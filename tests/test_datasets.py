@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bayes_rbfn.datasets import WDI_AGGREGATE_CODES, Dataset, list_datasets, load_dataset
+from bayes_rbfn.io.datasets import WDI_AGGREGATE_CODES, Dataset, list_datasets, load_dataset
 
 
 def _raw(relative: str):

@@ -25,10 +25,10 @@ from conftest import assert_close
 from numpyro.infer import Predictive
 
 from bayes_rbfn import ExactGP, SparseGP
-from bayes_rbfn.kernels import SquaredExponential
+from bayes_rbfn.gp.kernels import SquaredExponential
 from bayes_rbfn.models.distributions import loo_log_likelihood
 
-JITTER = 1e-8  # the float64 jitter policy (bayes_rbfn.linalg.JITTER)
+JITTER = 1e-8  # the float64 jitter policy (bayes_rbfn.gp.linalg.JITTER)
 APPROX = ("sor", "dtc", "fitc", "vfe")
 #: The dense covariance each approximation puts on y (VFE: DTC's, see the module under test).
 DENSE = {"sor": "sor", "dtc": "dtc", "fitc": "fitc", "vfe": "dtc", "exact": "exact"}

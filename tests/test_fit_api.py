@@ -8,9 +8,9 @@ import pytest
 import stochastic
 
 import bayes_rbfn as br
-from bayes_rbfn import predictive
-from bayes_rbfn.inducing import select_inducing
-from bayes_rbfn.kernels import SquaredExponential
+from bayes_rbfn.gp.inducing import select_inducing
+from bayes_rbfn.gp.kernels import SquaredExponential
+from bayes_rbfn.infer import predictive
 from bayes_rbfn.models import available_models
 
 # --------------------------------------------------------------------------------------------------
@@ -211,7 +211,7 @@ def test_backtest_scores_are_those_of_the_dense_sor_predictive():
     held-out inputs, recomputed densely in NumPy (tests/reference.py) from the stored draws."""
     import reference as ref
 
-    from bayes_rbfn.scores import score_forecast
+    from bayes_rbfn.infer.scores import score_forecast
 
     x = np.linspace(0.0, 6.0, 48)
     y = np.sin(x) + 0.1 * np.cos(5 * x)

@@ -7,7 +7,7 @@
   rounding), and truncated it is exactly the GP with the truncated covariance Q_r, close to SoR.
 
 References are written out in NumPy here (SE kernel, GP and SoR predictive by ``numpy.linalg.solve``);
-``bayes_rbfn.conditional`` is used only as a second check.
+``bayes_rbfn.gp.conditional`` is used only as a second check.
 """
 
 import itertools
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from conftest import assert_close
 
-from bayes_rbfn import basis, conditional, kernels, linalg
+from bayes_rbfn.gp import basis, conditional, kernels, linalg
 
 LENGTHSCALE, VARIANCE, NOISE = 0.8, 1.7, 0.1
 OUTPUT_SCALE = np.sqrt(VARIANCE)
@@ -71,7 +71,7 @@ def _se_grid(spacing_ratio):
 
 
 def test_dense_reference_agrees_with_exact_gp(data):
-    """Second check on the NumPy reference: bayes_rbfn.conditional.exact_gp gives the same predictive."""
+    """Second check on the NumPy reference: bayes_rbfn.gp.conditional.exact_gp gives the same predictive."""
     X, y, X_test, mean, var = data
     # Jitted: one compiled program instead of one per eager primitive.
     exact_gp = jax.jit(conditional.exact_gp, static_argnames="full_cov")

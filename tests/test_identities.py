@@ -20,8 +20,8 @@ import pytest
 import reference as ref
 from conftest import assert_close
 
-from bayes_rbfn import conditional, linalg
-from bayes_rbfn import kernels as K
+from bayes_rbfn.gp import conditional, linalg
+from bayes_rbfn.gp import kernels as K
 
 # The float64 jitter of the documented policy, restated so the reference does not read it from the library
 # (test_jitter_policy checks that the library still uses it).

@@ -13,7 +13,7 @@ import pytest
 from conftest import assert_close
 from scipy.interpolate import CubicSpline, RBFInterpolator
 
-from bayes_rbfn import conditional, interpolation, kernels, linalg
+from bayes_rbfn.gp import conditional, interpolation, kernels, linalg
 
 VARIANCE = 1.3
 #: Absolute tolerance on P_X(y)² in units of s²: the subtraction k(y,y) − k_yX K⁻¹ k_Xy cancels near the

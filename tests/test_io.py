@@ -6,7 +6,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from bayes_rbfn.io import InputError, read_xy_csv
+from bayes_rbfn.io.reader import InputError, read_xy_csv
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x10\x00\x00\x00\x10\x08\x06\x00\x00\x00"
 

@@ -13,7 +13,7 @@ import pytest
 import reference as ref
 from conftest import assert_close
 
-from bayes_rbfn import kernels as K
+from bayes_rbfn.gp import kernels as K
 
 # (id, library kernel, reference spec, input dimension). Hyperparameters are chosen so that no entry
 # underflows: the comparison is then relative for every element.

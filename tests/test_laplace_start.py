@@ -3,7 +3,7 @@
 The reference writes the sor potential from scratch — −log N(y − c | 0, K_fu K_uu⁻¹ K_uf + σ²I) by a dense
 SciPy log-density, minus the log-normal log priors and the log-Jacobian of θ = exp(u) — finds its minimum
 with SciPy's BFGS, and its Hessian by second differences of the potential itself. The library's
-:func:`bayes_rbfn.inference.laplace_start` goes through NumPyro's unconstrained space, JAX's BFGS and
+:func:`bayes_rbfn.infer.fitting.laplace_start` goes through NumPyro's unconstrained space, JAX's BFGS and
 central differences of the streamed SoR gradient: nothing is shared but the data.
 """
 
@@ -19,10 +19,10 @@ import scipy.optimize
 import scipy.stats
 
 import bayes_rbfn as br
-from bayes_rbfn.families import FAMILIES
-from bayes_rbfn.inference import INITS, laplace_start
-from bayes_rbfn.linalg import default_jitter
+from bayes_rbfn.gp.linalg import default_jitter
+from bayes_rbfn.infer.fitting import INITS, laplace_start
 from bayes_rbfn.models import ModelConfig, sor
+from bayes_rbfn.models.families import FAMILIES
 
 #: Prior (loc, scale) of log θ; NumPyro orders unconstrained sites by name, so the reference does too.
 PRIORS = {"lengthscale": (0.0, 1.0), "noise": (np.log(0.3), 1.0), "variance": (0.0, 1.0)}
@@ -111,7 +111,7 @@ def test_laplace_mass_matrix_is_the_inverse_reference_hessian(problem, library_s
     ids=["3-dense", "24-dense", "25-dense", "100-diagonal", "no-window"],
 )
 def test_unshrunk_window_estimates_only_where_full_rank(num_params, warmup, dense, full_rank):
-    from bayes_rbfn.inference import window_estimates_full_rank
+    from bayes_rbfn.infer.fitting import window_estimates_full_rank
 
     assert window_estimates_full_rank(num_params, warmup, dense) is full_rank
 
@@ -130,7 +130,7 @@ def test_cli_choices_agree_with_the_library():
 
 def test_map_start_falls_back_with_a_warning(problem, monkeypatch):
     """A failed mode search (here: forced) falls back to the median start and says so."""
-    from bayes_rbfn import inference
+    from bayes_rbfn.infer import inference
 
     def failing(*args, **kwargs):
         raise FloatingPointError("forced")

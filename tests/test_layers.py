@@ -25,9 +25,9 @@ from numpyro.infer import Predictive
 from numpyro.infer.util import log_density
 
 import bayes_rbfn as br
-from bayes_rbfn.kernels import SquaredExponential
+from bayes_rbfn.gp.kernels import SquaredExponential
 
-JITTER = 1e-8  # the float64 jitter policy (bayes_rbfn.linalg.JITTER)
+JITTER = 1e-8  # the float64 jitter policy (bayes_rbfn.gp.linalg.JITTER)
 X = np.linspace(0.0, 2.0, 7)[:, None]
 Z = np.array([[0.2], [0.9], [1.7]])
 X_TEST = np.array([[-0.4], [1.1], [3.0]])

@@ -25,14 +25,14 @@ from stochastic import (
 )
 
 import bayes_rbfn as br
-from bayes_rbfn.kernels import SquaredExponential
+from bayes_rbfn.gp.kernels import SquaredExponential
 
 pytestmark = pytest.mark.stochastic
 
 #: Allowed distance of a true parameter from its posterior mean, in posterior standard deviations
 #: (13 checks in one test: 13 · 6.3e-5 ≈ 8e-4 false alarms per run for a calibrated posterior).
 Z_MAX = 4.0
-JITTER = 1e-8  # the float64 jitter policy (bayes_rbfn.linalg.JITTER), applied explicitly in references
+JITTER = 1e-8  # the float64 jitter policy (bayes_rbfn.gp.linalg.JITTER), applied explicitly in references
 
 X_TEST = np.array([-1.0, 0.5, 2.5, 4.5, 6.0, 9.0])  # inside the data and well outside it (x ∈ [0, 5])
 
@@ -246,7 +246,7 @@ def user_sparse_gp_fit():
     import numpyro
     from numpyro.infer import MCMC, NUTS
 
-    from bayes_rbfn.families import data_scales, get_family
+    from bayes_rbfn.models.families import data_scales, get_family
 
     X, y = _data()
     priors = get_family("se").default_priors(data_scales(X[:, None], y))

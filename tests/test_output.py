@@ -4,15 +4,15 @@ import os
 
 import pytest
 
-from bayes_rbfn import output
-from bayes_rbfn.io import InputError
-from bayes_rbfn.output import (
+from bayes_rbfn.io import output
+from bayes_rbfn.io.output import (
     atomic_output_dir,
     atomic_replace,
     atomic_write_bytes,
     default_output_dir,
     prepare_output_dir,
 )
+from bayes_rbfn.io.reader import InputError
 
 
 def snapshot(folder):

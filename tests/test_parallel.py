@@ -1,6 +1,7 @@
-"""The streamed, sharded O(NM²) pass of the SoR family (:mod:`bayes_rbfn.parallel`).
+"""The streamed, sharded O(NM²) pass of the SoR family (:mod:`bayes_rbfn.gp.parallel`).
 
-* the streamed sums equal :func:`bayes_rbfn.linalg.whitened_stats` / :func:`~bayes_rbfn.linalg.fast_stats`
+* the streamed sums equal :func:`bayes_rbfn.gp.linalg.whitened_stats` /
+  :func:`~bayes_rbfn.gp.linalg.fast_stats`
   (the dense reference) in value and, through the hand-written reverse pass, in gradient with respect to
   every input — for any chunk length, per-point or scalar d;
 * whitening before summing is accurate where summing first is not (a long-double reference);
@@ -26,9 +27,9 @@ import numpy as np
 import pytest
 from conftest import assert_close
 
-from bayes_rbfn import conditional, kernels, linalg, parallel
-from bayes_rbfn.families import FAMILIES
+from bayes_rbfn.gp import conditional, kernels, linalg, parallel
 from bayes_rbfn.models import ModelConfig, sor
+from bayes_rbfn.models.families import FAMILIES
 
 #: Tolerance of the streamed sums against the dense reference (same operations, other summation order).
 RTOL = {np.dtype("float64"): 1e-10, np.dtype("float32"): 2e-3}
@@ -214,8 +215,9 @@ _SHARDED_SCRIPT = textwrap.dedent(
     """
     import json, numpy as np, jax, jax.numpy as jnp
     jax.config.update("jax_enable_x64", True)
-    from bayes_rbfn import parallel, fit
-    from bayes_rbfn.families import FAMILIES
+    from bayes_rbfn.gp import parallel
+    from bayes_rbfn import fit
+    from bayes_rbfn.models.families import FAMILIES
     from bayes_rbfn.models import ModelConfig, sor
 
     assert jax.device_count() == 2, jax.devices()
@@ -261,7 +263,7 @@ _SHARDED_SCRIPT = textwrap.dedent(
             )
         out[key] = rel
     # The predictive's draws spread round-robin over both devices = all on one device.
-    from bayes_rbfn import predictive
+    from bayes_rbfn.infer import predictive
     _, data4, params4, X_test4, chunk4 = problems[1]
     config = ModelConfig(family=FAMILIES["se"], priors={}, chunk_size=chunk4)
     draws = {k: jnp.asarray(np.asarray(v) * np.exp(rng.normal(0, 0.1, (2, 7) + np.shape(v))))

@@ -1,7 +1,7 @@
 """Interrupted runs lose nothing (issue 8): chunked sampling with checkpoints, `bayes-rbfn fit --resume`.
 
 What is proved:
-* the chunked sampler (bayes_rbfn.checkpoint) returns NumPyro's own MCMC draws bit for bit, whatever the
+* the chunked sampler (bayes_rbfn.infer.checkpoint) returns NumPyro's own MCMC draws bit for bit, whatever the
   chunk size — so checkpointing changes nothing about the result;
 * a `bayes-rbfn fit` process killed (SIGKILL) after its first saved chunk and resumed with `--resume`
   ends with the same inference.nc posterior, draw for draw, as a run that was never interrupted; so does
@@ -25,7 +25,8 @@ import arviz as az
 import numpy as np
 import pytest
 
-from bayes_rbfn import checkpoint, cli, fit
+from bayes_rbfn import cli, fit
+from bayes_rbfn.infer import checkpoint
 
 pytestmark = pytest.mark.filterwarnings("ignore:Estimated shape parameter of Pareto")
 

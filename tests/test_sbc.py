@@ -1,4 +1,5 @@
-"""Simulation-based calibration of ``sor`` and ``rbfn`` (:mod:`bayes_rbfn.sbc`), of a user's model, and its
+"""Simulation-based calibration of ``sor`` and ``rbfn`` (:mod:`bayes_rbfn.workflows.sbc`), of a user's model,
+and its
 output.
 
 SBC simulates with ``Predictive`` from the very model functions ``fit`` runs and fits them with vmapped
@@ -25,8 +26,8 @@ import numpy as np
 import pytest
 from stochastic import record, seed
 
-from bayes_rbfn.io import InputError
-from bayes_rbfn.sbc import (
+from bayes_rbfn.io.reader import InputError
+from bayes_rbfn.workflows.sbc import (
     LOGLIK,
     MODELS,
     chi2_uniformity,
@@ -165,7 +166,7 @@ import numpyro
 import numpyro.distributions as dist
 
 numpyro.enable_x64()
-from bayes_rbfn.sbc import run_sbc
+from bayes_rbfn.workflows.sbc import run_sbc
 
 
 def model(x, y=None):

@@ -1,4 +1,5 @@
-"""Simulation-based calibration of every other shipped model and every likelihood (:mod:`bayes_rbfn.sbc`).
+"""Simulation-based calibration of every other shipped model and every likelihood
+(:mod:`bayes_rbfn.workflows.sbc`).
 
 The same accept rule as ``tests/test_sbc.py``: every quantity's χ² p-value > ``ACCEPT_FAMILY / Q`` with
 ``ACCEPT_FAMILY = 1e-3`` (Bonferroni; a correct sampler fails with probability ≤ 0.1%); fewer than 1% of
@@ -10,7 +11,7 @@ Covered here: ``fitc``, ``exact``, ``blr`` (with the doubled-noise reject: p(β)
 (Gaussian) are in tests/test_sbc.py; ``dtc`` and ``asor`` have exactly ``sor``'s density (``asor`` *is*
 its model function; ``SparseGP(approx="dtc")``'s log density equals ``"sor"``'s,
 tests/test_distributions.py), so their SBC is ``sor``'s. ``vfe`` is not generative (the module
-docstring of bayes_rbfn.sbc).
+docstring of bayes_rbfn.workflows.sbc).
 
 Sizes are reduced to keep the suite's time (R = 60, 60 + 60 draws thinned by 3 → L = 20, 6 bins): the
 accept test has less power than a full run (``bayes-rbfn sbc --reps 200``), but every check can fail.
@@ -22,7 +23,7 @@ import numpy as np
 import pytest
 from stochastic import record, seed
 
-from bayes_rbfn.sbc import LOGLIK, run_sbc
+from bayes_rbfn.workflows.sbc import LOGLIK, run_sbc
 
 ACCEPT_FAMILY = 1e-3
 REJECT_P = 1e-6

@@ -1,4 +1,4 @@
-"""Backtest scores (:mod:`bayes_rbfn.scores`) against direct NumPy/SciPy computations on small mixtures:
+"""Backtest scores (:mod:`bayes_rbfn.infer.scores`) against direct NumPy/SciPy computations on small mixtures:
 coverage, the interval score (Gneiting & Raftery 2007 eq. (43)), the CRPS of a Gaussian mixture against
 numerical integration of ∫ (F(x) − 1{x ≥ y})² dx, and the log predictive density."""
 
@@ -11,7 +11,7 @@ import scipy.optimize
 import scipy.stats
 from conftest import assert_close
 
-from bayes_rbfn import scores
+from bayes_rbfn.infer import scores
 
 RNG = np.random.default_rng(7)
 T, S = 6, 5

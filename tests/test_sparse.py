@@ -1,4 +1,4 @@
-"""DTC, FITC and VFE (bayes_rbfn.sparse) against dense references, the exact GP and the theory's orderings.
+"""DTC, FITC and VFE (bayes_rbfn.gp.sparse) against dense references, the exact GP and the theory's orderings.
 
 Each quantity the O(NM²) Woodbury path computes is compared with the same quantity built from the dense
 N×N covariance in tests/sparse_reference.py (Quiñonero-Candela & Rasmussen 2005 §4–6; Titsias 2009
@@ -17,8 +17,8 @@ import pytest
 import sparse_reference as ref
 from conftest import assert_close
 
-from bayes_rbfn import conditional, linalg, sparse
-from bayes_rbfn.kernels import Kernel, Matern32, Matern52, SquaredExponential
+from bayes_rbfn.gp import conditional, linalg, sparse
+from bayes_rbfn.gp.kernels import Kernel, Matern32, Matern52, SquaredExponential
 
 #: Relative jitter used in the comparisons with dense references (the library's float64 default).
 JITTER = 1e-8

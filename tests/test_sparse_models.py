@@ -1,6 +1,6 @@
 """The sparse models of the collection (dtc, fitc, vfe, asor) against dense references, without MCMC.
 
-tests/test_sparse.py checks the library blocks of bayes_rbfn.sparse; here the *models* are checked as the
+tests/test_sparse.py checks the library blocks of bayes_rbfn.gp.sparse; here the *models* are checked as the
 driver uses them: each model's jitted ``log_density(params, data, config)``, its NumPyro ``model`` (the
 joint log density NumPyro computes from the ``factor`` site), its per-draw ``predict`` (with the prior
 mean offset c) and its ``log_likelihood``, each against a dense N×N reference built from the formulas of
@@ -22,10 +22,10 @@ import sparse_reference as ref
 from conftest import assert_close
 from numpyro.infer.util import log_density as numpyro_log_density
 
-from bayes_rbfn.families import FAMILIES
-from bayes_rbfn.kernels import SquaredExponential
+from bayes_rbfn.gp.kernels import SquaredExponential
 from bayes_rbfn.models import ModelConfig, available_models, exact, get_model, sor
 from bayes_rbfn.models import sparse_models as sm
+from bayes_rbfn.models.families import FAMILIES
 
 #: The policy's float64 jitter, used by the models (config.jitter=None) and passed to the references.
 JITTER = 1e-8

@@ -11,7 +11,7 @@ The model is ``t = Φ w + ε`` with the isotropic prior ``w ~ N(0, α⁻¹ I)`` 
 * log evidence ``ln p(t | α, β)`` (3.86).
 
 Numerics: the posterior precision ``A = S_N⁻¹ = αI + βΦᵀΦ`` (M×M, basis-sized) is factorised once,
-``A = L Lᵀ``, by :func:`bayes_rbfn.linalg.cholesky` with no jitter: every eigenvalue of A is at least
+``A = L Lᵀ``, by :func:`bayes_rbfn.gp.linalg.cholesky` with no jitter: every eigenvalue of A is at least
 α > 0, so the factorisation cannot fail and needs no regularisation. ``S_N`` itself is never needed;
 ``φᵀ S_N φ' = (L⁻¹φ)ᵀ (L⁻¹φ')`` by triangular solves, and :attr:`BLRPosterior.cov` forms ``S_N`` only
 on request, by solving against the identity. The cost is O(NM² + M³).
@@ -39,10 +39,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayes_rbfn import linalg
-from bayes_rbfn.conditional import Gaussian
-from bayes_rbfn.kernels import scaled_sqdist
-from bayes_rbfn.validation import check_positive, check_X, check_y
+from bayes_rbfn.gp import linalg
+from bayes_rbfn.gp.conditional import Gaussian
+from bayes_rbfn.gp.kernels import scaled_sqdist
+from bayes_rbfn.gp.validation import check_positive, check_X, check_y
 
 __all__ = [
     "BLRPosterior",
@@ -108,7 +108,7 @@ def check_design(Phi: Any, name: str, num_basis: int | None = None) -> jax.Array
 def _check_posterior(post: Any, name: str = "posterior") -> BLRPosterior:
     if not isinstance(post, BLRPosterior):
         raise ValueError(
-            f"{name}: expected a BLRPosterior from bayes_rbfn.blr.posterior, got {type(post).__name__}"
+            f"{name}: expected a BLRPosterior from bayes_rbfn.gp.blr.posterior, got {type(post).__name__}"
         )
     return post
 
@@ -199,7 +199,7 @@ def predictive(
         include_noise: add the noise variance 1/β (Bishop's σ_N²) or not (latent function).
 
     Returns:
-        :class:`bayes_rbfn.conditional.Gaussian` with ``mean`` (S,), ``var`` (S,), ``cov`` (S, S) or None.
+        :class:`bayes_rbfn.gp.conditional.Gaussian` with ``mean`` (S,), ``var`` (S,), ``cov`` (S, S) or None.
     """
     with jax.ensure_compile_time_eval():
         posterior = _check_posterior(posterior)

@@ -5,7 +5,7 @@ draws s = 1..T of N(m_s, v_s + σ_s²) (per-draw analytic moments, DESIGN §3; f
 network). Every score here is computed for that mixture, per held-out point, then averaged:
 
 * **coverage** of the central ``level`` band: the share of held-out points inside the mixture's
-  (1 − level)/2 and (1 + level)/2 quantiles (:func:`bayes_rbfn.predictive.mixture_quantiles`);
+  (1 − level)/2 and (1 + level)/2 quantiles (:func:`bayes_rbfn.infer.predictive.mixture_quantiles`);
 * **interval score** of that band, Gneiting & Raftery (2007) eq. (43) with α = 1 − level:
   (u − l) + (2/α)(l − y)·1{y < l} + (2/α)(y − u)·1{y > u} — width plus a penalty for misses (lower is
   better; a calibrated band is not enough, it must also be sharp);
@@ -101,7 +101,7 @@ def score_forecast(
         {``n``, ``mae``, ``crps``, ``lpd`` (mean log predictive density per point), and per level L (in
         percent) ``coverage_L`` and ``interval_score_L``}.
     """
-    from bayes_rbfn.predictive import mixture_quantiles
+    from bayes_rbfn.infer.predictive import mixture_quantiles
 
     means, sds = np.asarray(means, dtype=float), np.asarray(sds, dtype=float)
     y = np.asarray(y, dtype=float)

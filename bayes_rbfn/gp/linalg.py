@@ -25,7 +25,7 @@ path is trivially data-parallel (the sums shard over devices). Two ways to take 
 * :func:`fast_stats` forms K_uf D⁻¹ K_fu with one GEMM and whitens the M×M result: no N-column
   triangular solve (the floor of any exact SoR likelihood), but rounding grows with cond(K_uu).
 
-:mod:`bayes_rbfn.parallel` takes the same sums without forming K_uf — streamed over cache-sized chunks,
+:mod:`bayes_rbfn.gp.parallel` takes the same sums without forming K_uf — streamed over cache-sized chunks,
 whitened by a product with L_uu⁻¹, with a hand-written reverse pass, sharded over devices — and passes them
 here through ``stats=``; the ``sor`` model uses it.
 

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
-from bayes_rbfn.io import InputError
+from bayes_rbfn.io.reader import InputError
 
 __all__ = [
     "InputError",

@@ -27,17 +27,17 @@ import numpy as np
 import numpyro.distributions as dist
 from numpyro.infer import MCMC, NUTS, init_to_median, init_to_value
 
-from bayes_rbfn import diagnostics
-from bayes_rbfn.checkpoint import DEFAULT_CHUNK_SIZE, fingerprint, sample_in_chunks
 from bayes_rbfn.defaults import DEFAULT_NUM_INDUCING, INITS
-from bayes_rbfn.families import data_scales, get_family
-from bayes_rbfn.inducing import select_inducing
+from bayes_rbfn.gp.inducing import select_inducing
+from bayes_rbfn.gp.validation import check_positive, check_positive_int, check_X, check_y, check_Z
+from bayes_rbfn.infer import diagnostics
+from bayes_rbfn.infer.checkpoint import DEFAULT_CHUNK_SIZE, fingerprint, sample_in_chunks
+from bayes_rbfn.infer.predictive import draw_work, model_moments
+from bayes_rbfn.infer.schema import posterior_params, rebuild
 from bayes_rbfn.models import ModelConfig, ModelSpec, get_model, model_specs
+from bayes_rbfn.models.families import data_scales, get_family
 from bayes_rbfn.models.likelihoods import Likelihood, get_likelihood
-from bayes_rbfn.predictive import draw_work, model_moments
 from bayes_rbfn.runtime import single_threaded_blas
-from bayes_rbfn.schema import posterior_params, rebuild
-from bayes_rbfn.validation import check_positive, check_positive_int, check_X, check_y, check_Z
 
 __all__ = [
     "DEFAULT_NUM_INDUCING",
@@ -91,7 +91,7 @@ def laplace_start(model: Any, model_args: tuple, seed: int = 0, *, maxiter: int 
     from jax.flatten_util import ravel_pytree
     from numpyro.infer.util import initialize_model
 
-    from bayes_rbfn import linalg
+    from bayes_rbfn.gp import linalg
 
     info = initialize_model(
         jax.random.PRNGKey(seed),
@@ -371,7 +371,7 @@ def build_model(
     group_offset = "mean" if isinstance(mean, str) and mean == "constant" else offset
     data, extras = _prepare(spec, X, y, Z, offset, group_offset, group, group_pred, X_pred)
     if mesh is not None:
-        from bayes_rbfn.parallel import shard_data
+        from bayes_rbfn.gp.parallel import shard_data
 
         data = shard_data(data, mesh)
     return GenerativeModel(spec=spec, config=config, data=data, extras=extras, X=X, y=y, Z=Z, X_pred=X_pred)
@@ -462,8 +462,8 @@ def fit(
         X_pred: (S, D) inputs for the stored per-draw predictive moments (default X).
         kernel: a family name (``"se"``, ``"matern32"``, ``"matern52"``, ``"exponential"``,
             ``"periodic"``, ``"co2"``) whose hyperparameters NUTS samples, or a
-            :class:`~bayes_rbfn.kernels.Kernel` object whose hyperparameters are held fixed.
-        priors: {name: numpyro distribution} replacing default priors (see :mod:`bayes_rbfn.families`).
+            :class:`~bayes_rbfn.gp.kernels.Kernel` object whose hyperparameters are held fixed.
+        priors: {name: numpyro distribution} replacing default priors (see :mod:`bayes_rbfn.models.families`).
         fixed: {name: value} hyperparameters pinned instead of sampled. noise: shorthand for fixed noise σ.
         hyperprior: sample the lengthscale prior's location and scale too (hierarchical prior).
         likelihood: the observation model (:mod:`bayes_rbfn.models.likelihoods`): ``"gaussian"``
@@ -479,17 +479,17 @@ def fit(
         group, group_pred: (N,) and (S,) integer group codes for the grouped model.
         target_accept, dense_mass, max_tree_depth, chain_method: NUTS/MCMC options (chains run in
             parallel over devices when there are enough, else vectorised).
-        jitter: relative jitter on K_uu (default: the policy of :mod:`bayes_rbfn.linalg`).
-        check_diagnostics: warn (:class:`~bayes_rbfn.diagnostics.ConvergenceWarning`) on poor r_hat,
+        jitter: relative jitter on K_uu (default: the policy of :mod:`bayes_rbfn.gp.linalg`).
+        check_diagnostics: warn (:class:`~bayes_rbfn.infer.diagnostics.ConvergenceWarning`) on poor r_hat,
             ESS or divergences.
         shard: data parallelism for the ``sor`` and ``rbfn`` models' O(NM²) pass: ``True`` shards the data
-            over every JAX device (:func:`bayes_rbfn.parallel.data_mesh`), or pass a
+            over every JAX device (:func:`bayes_rbfn.gp.parallel.data_mesh`), or pass a
             :class:`jax.sharding.Mesh` with a ``"data"`` axis. Chains then run one after the other, each
             using all devices (chains in parallel, one per device, is the default without ``shard``).
         log_likelihood: store the pointwise LOO conditionals (N values per draw; turn off for very large
             N, where they take N × draws × 8 bytes).
         checkpoint: a folder; sample in chunks of ``chunk_size`` iterations and save the draws and the
-            sampler's state there after each one (:mod:`bayes_rbfn.checkpoint`). If the folder already
+            sampler's state there after each one (:mod:`bayes_rbfn.infer.checkpoint`). If the folder already
             holds a checkpoint of the same call (same data, priors and settings), sampling continues from
             it and the result equals that of an uninterrupted run, draw for draw. The folder is left in
             place; delete it once the result is saved.
@@ -502,7 +502,7 @@ def fit(
             passes its column names); ``obs`` and ``point`` default to 0, 1, ….
         holdout_after, holdout: a backtest, for one input column: fit on the points with x ≤
             ``holdout_after`` (or all but the last ``holdout`` fraction by x) and score the predictive of
-            y* on the rest (:func:`bayes_rbfn.scores.score_forecast`: coverage of the 50/80/95% bands,
+            y* on the rest (:func:`bayes_rbfn.infer.scores.score_forecast`: coverage of the 50/80/95% bands,
             interval scores, CRPS, log predictive density, MAE). The held-out points are stored as
             ``constant_data`` ``X_holdout``/``y_holdout`` and the scores as JSON in the posterior's
             attribute ``bayes_rbfn_backtest`` (read them with :func:`backtest_scores`). Each side needs at
@@ -663,7 +663,7 @@ _COLLAPSE_DRAWS = 200
 def _warn_if_collapsed(spec: ModelSpec, config: ModelConfig, Z: Any, samples: dict, X_pred: Any) -> None:
     """Warn (VarianceCollapseWarning) when SoR/RBFN predictions at X_pred have lost most of the prior
     variance (DESIGN §3.4), from a thinned set of draws."""
-    from bayes_rbfn.collapse import collapse_check
+    from bayes_rbfn.infer.collapse import collapse_check
 
     if not spec.variance_collapses or Z is None or np.ndim(Z) != 2:
         return
@@ -714,7 +714,7 @@ def _data_mesh(shard: Any, spec: ModelSpec, chains: int, chain_method: str | Non
         )
     if chain_method == "parallel":
         raise ValueError("shard: chains cannot also run in parallel over the devices the data use")
-    from bayes_rbfn.parallel import DATA_AXIS, data_mesh
+    from bayes_rbfn.gp.parallel import DATA_AXIS, data_mesh
 
     mesh = data_mesh() if shard is True else shard
     if DATA_AXIS not in getattr(mesh, "axis_names", ()):
@@ -812,8 +812,8 @@ def _score_holdout(idata: az.InferenceData, X_test: np.ndarray, y_test: np.ndarr
     """Score the fit's predictive of y* at the held-out points; store them and the scores in ``idata``."""
     import xarray as xr
 
-    from bayes_rbfn.predictive import predict
-    from bayes_rbfn.scores import score_forecast
+    from bayes_rbfn.infer.predictive import predict
+    from bayes_rbfn.infer.scores import score_forecast
 
     pred = predict(idata, X_test)
     noise = np.asarray(posterior_params(idata, rebuild(idata)[1].fixed)["noise"]).reshape(-1, 1)

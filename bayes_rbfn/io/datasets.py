@@ -16,7 +16,7 @@ Every loader returns a :class:`Dataset` holding float64 arrays in the units of t
 ``Dataset.notes`` what it dropped and why.
 
 Example:
-    >>> from bayes_rbfn.datasets import load_dataset
+    >>> from bayes_rbfn.io.datasets import load_dataset
     >>> ds = load_dataset("snelson")
     >>> ds.X.shape, ds.y.shape, ds.X_test.shape
     ((200, 1), (200,), (301, 1))

@@ -52,10 +52,10 @@ def streamed_batches(S: int, M: int, budget: int = STREAM_BUDGET) -> tuple[int, 
 
     All S points go in one call, so each draw's O(NM²) factor is computed once; draws are batched so that
     the call's working memory, ~8·(2S + 4MC + 8M²) bytes per draw for chunks of C points
-    (:func:`bayes_rbfn.parallel.chunk_size_for`), stays within ``budget``, and at most
+    (:func:`bayes_rbfn.gp.parallel.chunk_size_for`), stays within ``budget``, and at most
     :data:`MAX_DRAWS_PER_CALL` at a time.
     """
-    from bayes_rbfn.parallel import chunk_size_for
+    from bayes_rbfn.gp.parallel import chunk_size_for
 
     per_draw = 8 * (2 * S + 4 * M * chunk_size_for(M) + 8 * M * M)
     return max(int(S), 1), int(max(1, min(budget // per_draw, MAX_DRAWS_PER_CALL)))
@@ -341,10 +341,10 @@ def predict(idata: Any, X_test: Any, *, group: Any = None, batch_size: int | Non
             streams (``sor``: each draw's factor computed once, draws batched within
             :data:`STREAM_BUDGET`), else :data:`DEFAULT_BATCH` (see :func:`model_moments`).
     """
-    from bayes_rbfn.schema import rebuild
+    from bayes_rbfn.infer.schema import rebuild
 
     spec, config, data, params = rebuild(idata)
-    from bayes_rbfn.validation import check_X
+    from bayes_rbfn.gp.validation import check_X
 
     X_test = check_X(X_test, "X_test", dim=data["X"].shape[-1])
     extra: tuple = ()

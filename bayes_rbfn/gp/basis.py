@@ -21,10 +21,10 @@ choose φ so that this covariance is (or approximates) a given kernel:
   exactly the SoR GP / Bayesian RBFN with centres C (DESIGN §1), now with independent weights.
   Dropping small eigenvalues gives a shorter basis with nearly the same covariance.
 
-:func:`blr_gp_predict` runs the BLR of :mod:`bayes_rbfn.blr` with α = 1 (weights N(0, I)) and
+:func:`blr_gp_predict` runs the BLR of :mod:`bayes_rbfn.gp.blr` with α = 1 (weights N(0, I)) and
 β = 1/σ² and returns the GP-regression predictive of the latent function.
 
-Validation and jitted cores follow :mod:`bayes_rbfn.blr` (checks under ``jax.ensure_compile_time_eval``,
+Validation and jitted cores follow :mod:`bayes_rbfn.gp.blr` (checks under ``jax.ensure_compile_time_eval``,
 one compiled program per shape).
 
 References
@@ -47,10 +47,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayes_rbfn import blr, linalg
-from bayes_rbfn.conditional import Gaussian
-from bayes_rbfn.kernels import Kernel, scaled_sqdist
-from bayes_rbfn.validation import (
+from bayes_rbfn.gp import blr, linalg
+from bayes_rbfn.gp.conditional import Gaussian
+from bayes_rbfn.gp.kernels import Kernel, scaled_sqdist
+from bayes_rbfn.gp.validation import (
     as_float_array,
     check_positive,
     check_X,
@@ -186,11 +186,11 @@ def eigen_basis(
 
     With all eigenpairs kept the BLR with weights ``w ~ N(0, I)`` is exactly the SoR GP / Bayesian RBFN
     with centres C (its weights are ``α = U Λ^{-1/2} w ~ N(0, K_cc⁻¹)``), so :func:`blr_gp_predict`
-    reproduces :func:`bayes_rbfn.conditional.sor`. Keeping the leading eigenpairs drops from Q the
+    reproduces :func:`bayes_rbfn.gp.conditional.sor`. Keeping the leading eigenpairs drops from Q the
     directions the centres barely resolve; the kept eigenvalues are listed in descending order.
 
-    K_cc carries the jitter of :mod:`bayes_rbfn.linalg` (``jitter · mean(diag K_cc)`` on the diagonal,
-    ``None``: the dtype's policy), the same regularisation :func:`bayes_rbfn.conditional.sor` applies,
+    K_cc carries the jitter of :mod:`bayes_rbfn.gp.linalg` (``jitter · mean(diag K_cc)`` on the diagonal,
+    ``None``: the dtype's policy), the same regularisation :func:`bayes_rbfn.gp.conditional.sor` applies,
     which also keeps every eigenvalue positive. Each eigenvector's sign is fixed (largest-magnitude entry
     positive), so calls with the same kernel and centres at training and test inputs give the same
     basis; stacking the inputs into one call and splitting the rows is equivalent and compiles once.
@@ -209,7 +209,7 @@ def eigen_basis(
         Φ, shape (N, r) with r = M, ``num`` or the number of eigenvalues above the threshold.
     """
     if not isinstance(kernel, Kernel):
-        raise ValueError(f"kernel: expected a bayes_rbfn.kernels.Kernel, got {type(kernel).__name__}")
+        raise ValueError(f"kernel: expected a bayes_rbfn.gp.kernels.Kernel, got {type(kernel).__name__}")
     with jax.ensure_compile_time_eval():
         X = check_X(X, "X")
         centres = check_X(centres, "centres", dim=X.shape[1])
@@ -254,8 +254,8 @@ def _eigen_basis(
 def blr_gp_predict(Phi: Any, t: Any, Phi_test: Any, noise: Any, full_cov: bool = False) -> Gaussian:
     """GP regression through its weight-space form: BLR with weights ``w ~ N(0, I)`` and noise σ.
 
-    Calls :func:`bayes_rbfn.blr.posterior` with α = 1 and β = 1/σ², then
-    :func:`bayes_rbfn.blr.predictive` without the noise term, so the result is the predictive of the
+    Calls :func:`bayes_rbfn.gp.blr.posterior` with α = 1 and β = 1/σ², then
+    :func:`bayes_rbfn.gp.blr.predictive` without the noise term, so the result is the predictive of the
     latent ``f(x) = φ(x)ᵀ w`` — the GP predictive for the covariance ``φ(x)ᵀ φ(x')``: mean
     ``Φ_* S_N Φᵀ t / σ²``, variance ``φ_*ᵀ S_N φ_*`` with ``S_N = (I + ΦᵀΦ/σ²)⁻¹`` (Bishop (3.53)–(3.59)).
 
@@ -267,7 +267,7 @@ def blr_gp_predict(Phi: Any, t: Any, Phi_test: Any, noise: Any, full_cov: bool =
         full_cov: also return the (S, S) covariance.
 
     Returns:
-        :class:`bayes_rbfn.conditional.Gaussian` of the latent f at the test inputs.
+        :class:`bayes_rbfn.gp.conditional.Gaussian` of the latent f at the test inputs.
     """
     with jax.ensure_compile_time_eval():
         noise = check_positive(noise, "noise")

@@ -29,9 +29,9 @@ because f̂ is the H-orthogonal projection of f onto span{k(·, x_i)}.
 
 By default the positive-definite path factorises K_XX without jitter (``jitter=0.0``), since
 interpolation means reproducing the data exactly; pass ``jitter=None`` to apply the policy of
-:mod:`bayes_rbfn.linalg` (the result is then a kernel ridge regression with a tiny ridge). A failed
-factorisation raises :class:`bayes_rbfn.linalg.FactorisationError`. Validation and jitted cores follow
-:mod:`bayes_rbfn.blr` (checks under ``jax.ensure_compile_time_eval``, one compiled program per shape).
+:mod:`bayes_rbfn.gp.linalg` (the result is then a kernel ridge regression with a tiny ridge). A failed
+factorisation raises :class:`bayes_rbfn.gp.linalg.FactorisationError`. Validation and jitted cores follow
+:mod:`bayes_rbfn.gp.blr` (checks under ``jax.ensure_compile_time_eval``, one compiled program per shape).
 
 References
 ----------
@@ -52,9 +52,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayes_rbfn import linalg
-from bayes_rbfn.kernels import Kernel, as_2d, safe_sqrt, scaled_sqdist
-from bayes_rbfn.validation import check_X, check_y, count_distinct_rows, is_concrete
+from bayes_rbfn.gp import linalg
+from bayes_rbfn.gp.kernels import Kernel, as_2d, safe_sqrt, scaled_sqdist
+from bayes_rbfn.gp.validation import check_X, check_y, count_distinct_rows, is_concrete
 
 __all__ = [
     "Cubic",
@@ -192,7 +192,7 @@ def _evaluate(interp: Interpolant, Y: jax.Array) -> jax.Array:
 
 def _check_kernel(kernel: Any) -> None:
     if not isinstance(kernel, Kernel):
-        raise ValueError(f"kernel: expected a bayes_rbfn.kernels.Kernel, got {type(kernel).__name__}")
+        raise ValueError(f"kernel: expected a bayes_rbfn.gp.kernels.Kernel, got {type(kernel).__name__}")
 
 
 def _check_distinct(X: jax.Array) -> None:
@@ -221,14 +221,14 @@ def interpolate(
       degree ≤ q exactly ([2] ch. 8).
 
     Args:
-        kernel: a :class:`bayes_rbfn.kernels.Kernel` (positive definite) or a :class:`Polyharmonic`.
+        kernel: a :class:`bayes_rbfn.gp.kernels.Kernel` (positive definite) or a :class:`Polyharmonic`.
         X: distinct nodes, shape (N, D) or (N,).
         f: data values, shape (N,).
         degree: polynomial tail degree; ``None`` means none for positive-definite kernels and
             ``order − 1`` (= 1, linear) for polyharmonic ones.
         jitter: relative jitter on K_XX on the Cholesky path (positive-definite kernel, no tail);
             ``0.0`` (default) interpolates exactly, ``None`` applies the policy of
-            :mod:`bayes_rbfn.linalg`. Not used with a tail: the saddle-point system is solved as is.
+            :mod:`bayes_rbfn.gp.linalg`. Not used with a tail: the saddle-point system is solved as is.
 
     Returns:
         An :class:`Interpolant`; ``interpolant(Y)`` evaluates f̂.
@@ -236,7 +236,7 @@ def interpolate(
     Raises:
         ValueError: duplicate nodes, a tail degree below the kernel's minimum, or nodes that are not
             unisolvent for the tail (P without full column rank, e.g. collinear points in 2-D for a
-            linear tail). :class:`bayes_rbfn.linalg.FactorisationError` if K_XX cannot be factorised.
+            linear tail). :class:`bayes_rbfn.gp.linalg.FactorisationError` if K_XX cannot be factorised.
     """
     _check_kernel(kernel)
     with jax.ensure_compile_time_eval():

@@ -32,9 +32,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayes_rbfn import linalg
-from bayes_rbfn.kernels import Kernel, check_positive_parameter
-from bayes_rbfn.validation import check_positive, check_X, check_y, check_Z
+from bayes_rbfn.gp import linalg
+from bayes_rbfn.gp.kernels import Kernel, check_positive_parameter
+from bayes_rbfn.gp.validation import check_positive, check_X, check_y, check_Z
 
 __all__ = [
     "Gaussian",
@@ -231,7 +231,7 @@ def check_kernel(kernel: Any, dim: int) -> None:
     factorisation error and a mis-sized ARD lengthscale as a broadcasting ``TypeError``.
     """
     if not isinstance(kernel, Kernel):
-        raise ValueError(f"kernel: expected a bayes_rbfn.kernels.Kernel, got {type(kernel).__name__}")
+        raise ValueError(f"kernel: expected a bayes_rbfn.gp.kernels.Kernel, got {type(kernel).__name__}")
     for name in kernel.params:
         value = getattr(kernel, name)
         if isinstance(value, Kernel):
@@ -286,7 +286,7 @@ def sor(
     Args:
         kernel: covariance function. X: (N, D) or (N,). y: (N,). Z: (M, D) distinct inducing inputs.
         noise: σ > 0. X_test: (S, D) or (S,). full_cov: also return the (S, S) covariance.
-        jitter: relative jitter on K_uu (``None``: the policy of :mod:`bayes_rbfn.linalg`).
+        jitter: relative jitter on K_uu (``None``: the policy of :mod:`bayes_rbfn.gp.linalg`).
     """
     X, y, noise, Z, X_test = check_regression_inputs(X, y, noise, Z, X_test)
     check_kernel(kernel, X.shape[1])

@@ -30,9 +30,10 @@ held-out density to compare predictives.
 Variance collapse (DESIGN §3.4). SoR's predictive variance (and the RBFN's) vanishes where the Nyström
 covariance loses the prior variance, 1 − Q_**/K_** → 1. :func:`variance_collapse` evaluates that fraction
 at the prediction inputs, averaged over the posterior draws, and warns
-(:class:`bayes_rbfn.sparse.VarianceCollapseWarning`, through :func:`bayes_rbfn.collapse.collapse_check`)
-when a model in :data:`~bayes_rbfn.collapse.VARIANCE_COLLAPSE_MODELS` is asked to predict where most of it
-is gone; :func:`compare_models` runs it for every such model, and :func:`bayes_rbfn.fit` after sampling.
+(:class:`bayes_rbfn.gp.sparse.VarianceCollapseWarning`, through
+:func:`bayes_rbfn.infer.collapse.collapse_check`) when a model in
+:data:`~bayes_rbfn.infer.collapse.VARIANCE_COLLAPSE_MODELS` is asked to predict where most of it is gone;
+:func:`compare_models` runs it for every such model, and :func:`bayes_rbfn.fit` after sampling.
 
 Monte Carlo error of elpd_test. With p̂_i = (1/S) Σ_s p_is, the delta method gives
 Σ_i log p̂_i ≈ const + (1/S) Σ_s g_s with g_s = Σ_i p_is / p̂_i, so the MCSE of elpd_test is the MCSE of
@@ -63,14 +64,14 @@ import numpy as np
 import pandas as pd
 from scipy.special import logsumexp
 
-from bayes_rbfn.collapse import COLLAPSE_THRESHOLD, VARIANCE_COLLAPSE_MODELS, collapse_check
-from bayes_rbfn.diagnostics import check_convergence
-from bayes_rbfn.inference import fit, rebuild
+from bayes_rbfn.gp.validation import check_X, check_y
+from bayes_rbfn.infer.collapse import COLLAPSE_THRESHOLD, VARIANCE_COLLAPSE_MODELS, collapse_check
+from bayes_rbfn.infer.diagnostics import check_convergence
+from bayes_rbfn.infer.fitting import fit, rebuild
+from bayes_rbfn.infer.predictive import mixture_moments
+from bayes_rbfn.infer.predictive import predict as posterior_predict
+from bayes_rbfn.io.output import atomic_output_dir
 from bayes_rbfn.models import ModelSpec, get_model
-from bayes_rbfn.output import atomic_output_dir
-from bayes_rbfn.predictive import mixture_moments
-from bayes_rbfn.predictive import predict as posterior_predict
-from bayes_rbfn.validation import check_X, check_y
 
 __all__ = [
     "COLLAPSE_THRESHOLD",
@@ -157,7 +158,7 @@ def variance_collapse(
         idata: InferenceData from :func:`bayes_rbfn.fit` of a (non-grouped) model with inducing inputs.
         X_test: (S, D) inputs (default: the fit's ``X_pred``).
         threshold: share above which a point counts as collapsed. warn: issue a
-            :class:`~bayes_rbfn.sparse.VarianceCollapseWarning` for collapsed points (default: when the
+            :class:`~bayes_rbfn.gp.sparse.VarianceCollapseWarning` for collapsed points (default: when the
             model is in :data:`VARIANCE_COLLAPSE_MODELS`, i.e. its predictive does collapse there).
 
     Returns:
@@ -375,7 +376,7 @@ class Comparison:
     def write(self, folder: str | os.PathLike[str], overwrite: bool = False) -> Path:
         """Write ``comparison.csv``, ``comparison.png`` and ``inference_<model>.nc`` files to ``folder``.
 
-        Atomic as :func:`bayes_rbfn.output.atomic_output_dir`: an existing non-empty folder is refused
+        Atomic as :func:`bayes_rbfn.io.output.atomic_output_dir`: an existing non-empty folder is refused
         unless ``overwrite``, and an interrupted or failed write leaves ``folder`` as it was.
 
         Returns:

@@ -1,9 +1,10 @@
 """Sparse approximations beyond SoR: DTC, FITC and the VFE bound, and a diagnostic of SoR's variance collapse.
 
-SoR (= the Bayesian RBFN, :mod:`bayes_rbfn.conditional`) replaces the GP prior covariance by the Nyström
+SoR (= the Bayesian RBFN, :mod:`bayes_rbfn.gp.conditional`) replaces the GP prior covariance by the Nyström
 covariance Q everywhere, so its predictive variance ``K_*u Σ K_u*`` vanishes far from the inducing inputs Z
 (DESIGN §3.4). Quiñonero-Candela & Rasmussen [1] and Titsias [2] give three repairs, all of the form
-"condition on C = Q_ff + diag(d)", so all go through the one Woodbury path :func:`bayes_rbfn.linalg.woodbury`:
+"condition on C = Q_ff + diag(d)", so all go through the one Woodbury path
+:func:`bayes_rbfn.gp.linalg.woodbury`:
 
 * DTC ([1] §5): prior y ~ N(0, Q_ff + σ²I) (SoR's); predictive mean as SoR, covariance
   K_** − Q_** + K_*u Σ K_u*;
@@ -14,7 +15,7 @@ covariance Q everywhere, so its predictive variance ``K_*u Σ K_u*`` vanishes fa
 
 with Σ = (K_uu + K_uf D⁻¹ K_fu)⁻¹ for the model's diagonal D (σ²I, or Λ for FITC). The Woodbury object
 holds Σ in factored form, Σ = Rᵀ R with R = L_B⁻¹ L_uu⁻¹, so ``K_*u Σ K_u* = WᵀW`` with
-``W = L_B⁻¹ L_uu⁻¹ K_u*`` (:meth:`~bayes_rbfn.linalg.Woodbury.project`) and Q_** = AᵀA with
+``W = L_B⁻¹ L_uu⁻¹ K_u*`` (:meth:`~bayes_rbfn.gp.linalg.Woodbury.project`) and Q_** = AᵀA with
 ``A = L_uu⁻¹ K_u*``. No N×N matrix is formed; the cost is O(NM² + SM²) (O(S²M) more for a full covariance).
 
 As predictives, DTC and VFE share SoR's weight posterior and differ from SoR only in restoring the
@@ -22,18 +23,18 @@ prior variance K_** − Q_** that the Nyström prior drops at test points, which
 missing when Z = X (DESIGN §3.3). FITC changes the prior of the training data too, adding
 the dropped variance as heteroscedastic noise. With Z = X (and no jitter) all three are the exact GP.
 
-Two layers, as in :mod:`bayes_rbfn.conditional`:
+Two layers, as in :mod:`bayes_rbfn.gp.conditional`:
 
 * traceable building blocks (``nystrom_residual``, ``*_factor``, ``*_log_marginal``, ``vfe_bound``,
   ``*_predict``, ``*_loo``, ``prior_variance_lost``) take validated (N, D) arrays, are pure ``jnp`` and
   never raise; the model layer calls them inside NUTS and guards log densities with
-  :func:`bayes_rbfn.linalg.finite_or_neg_inf`;
+  :func:`bayes_rbfn.gp.linalg.finite_or_neg_inf`;
 * public, validated functions (:func:`dtc`, :func:`fitc`, :func:`vfe`, :func:`log_marginal_likelihood`,
   :func:`loo_log_density`, :func:`variance_lost`, :func:`variance_retained`, :func:`collapse_warning`)
   accept NumPy or JAX arrays and raise ``ValueError`` naming the argument on bad input, or
-  :class:`bayes_rbfn.linalg.FactorisationError` on a failed factorisation.
+  :class:`bayes_rbfn.gp.linalg.FactorisationError` on a failed factorisation.
 
-Jitter: every K_uu is factorised by :func:`bayes_rbfn.linalg.cholesky` with its policy (``jitter=None``);
+Jitter: every K_uu is factorised by :func:`bayes_rbfn.gp.linalg.cholesky` with its policy (``jitter=None``);
 Q is then the Nyström covariance of the jittered K_uu, consistently across prior, bound and predictive,
 which keeps K_ff − Q_ff ≥ 0 up to rounding. The per-point residual diag(K_ff − Q_ff) is clamped at 0, so
 a rounding-level negative value can neither shrink FITC's noise below σ² nor raise the VFE bound.
@@ -57,8 +58,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayes_rbfn import linalg
-from bayes_rbfn.conditional import (
+from bayes_rbfn.gp import linalg
+from bayes_rbfn.gp.conditional import (
     Gaussian,
     check_kernel,
     check_regression_inputs,
@@ -66,8 +67,8 @@ from bayes_rbfn.conditional import (
     sor_factor,
     woodbury_loo,
 )
-from bayes_rbfn.kernels import Kernel
-from bayes_rbfn.validation import check_X, check_Z
+from bayes_rbfn.gp.kernels import Kernel
+from bayes_rbfn.gp.validation import check_X, check_Z
 
 __all__ = [
     "METHODS",
@@ -132,7 +133,7 @@ def dtc_factor(
 ) -> tuple[linalg.Woodbury, jax.Array]:
     """Woodbury factorisation of DTC's prior covariance Q_ff + σ²I for y, and K_uf (M, N).
 
-    DTC's training prior is SoR's ([1] §5), so this is :func:`bayes_rbfn.conditional.sor_factor`; it is
+    DTC's training prior is SoR's ([1] §5), so this is :func:`bayes_rbfn.gp.conditional.sor_factor`; it is
     also the factor of the Gaussian part of the VFE bound. Σ = (K_uu + K_uf K_fu/σ²)⁻¹.
     """
     return sor_factor(kernel, X, y, Z, noise, jitter)
@@ -153,7 +154,7 @@ def fitc_factor(
     heteroscedastic noise. Σ = (K_uu + K_uf Λ⁻¹ K_fu)⁻¹.
 
     Returns:
-        (factor, Kuf, d): the :class:`~bayes_rbfn.linalg.Woodbury`, K_uf (M, N) and the diagonal d (N,).
+        (factor, Kuf, d): the :class:`~bayes_rbfn.gp.linalg.Woodbury`, K_uf (M, N) and the diagonal d (N,).
     """
     Luu = linalg.cholesky(kernel(Z, Z), jitter)
     Kuf = kernel(Z, X)
@@ -216,11 +217,11 @@ def dtc_predict(
     predictive, with :func:`fitc_factor` (D = Λ) it is FITC's.
 
     Args:
-        factor: a :class:`~bayes_rbfn.linalg.Woodbury` from :func:`dtc_factor` or :func:`fitc_factor`.
+        factor: a :class:`~bayes_rbfn.gp.linalg.Woodbury` from :func:`dtc_factor` or :func:`fitc_factor`.
         kernel: covariance function. Z: (M, D). X_test: (S, D). full_cov: also return the (S, S) cov.
 
     Returns:
-        :class:`~bayes_rbfn.conditional.Gaussian` with ``mean`` (S,), ``var`` (S,), ``cov`` (S, S) or None.
+        :class:`~bayes_rbfn.gp.conditional.Gaussian` with ``mean`` (S,), ``var`` (S,), ``cov`` (S, S) or None.
     """
     Kus = kernel(Z, X_test)
     A, W = factor.project(Kus)  # Q_** = AᵀA, K_*u Σ K_u* = WᵀW
@@ -346,10 +347,10 @@ def dtc(
     Args:
         kernel: covariance function. X: (N, D) or (N,). y: (N,). Z: (M, D) distinct inducing inputs.
         noise: σ > 0. X_test: (S, D) or (S,). full_cov: also return the (S, S) covariance.
-        jitter: relative jitter on K_uu (``None``: the policy of :mod:`bayes_rbfn.linalg`; ``0.0``: none).
+        jitter: relative jitter on K_uu (``None``: the policy of :mod:`bayes_rbfn.gp.linalg`; ``0.0``: none).
 
     Returns:
-        :class:`~bayes_rbfn.conditional.Gaussian` with ``mean`` (S,), ``var`` (S,), ``cov`` (S, S) or None.
+        :class:`~bayes_rbfn.gp.conditional.Gaussian` with ``mean`` (S,), ``var`` (S,), ``cov`` (S, S) or None.
     """
     return _predict("dtc", kernel, X, y, Z, noise, X_test, full_cov, jitter)
 
@@ -436,7 +437,7 @@ def loo_log_density(
 
     ``"dtc"`` and ``"vfe"`` use y ~ N(0, Q_ff + σ²I) (SoR's marginal; the VFE bound is not a density over
     y, see :func:`vfe_loo`); ``"fitc"`` uses y ~ N(0, Q_ff + Λ). O(NM²) through the Woodbury identity
-    (:func:`bayes_rbfn.conditional.woodbury_loo`). These are what the models store as ``log_likelihood``
+    (:func:`bayes_rbfn.gp.conditional.woodbury_loo`). These are what the models store as ``log_likelihood``
     for PSIS-LOO (DESIGN §6). Arguments as :func:`log_marginal_likelihood`.
     """
     method = _check_method(method)
@@ -471,7 +472,7 @@ def variance_lost(kernel: Kernel, Z: Any, X_test: Any, jitter: float | None = No
 
     Args:
         kernel: covariance function. Z: (M, D) or (M,) distinct inducing inputs. X_test: (S, D) or (S,).
-        jitter: relative jitter on K_uu (``None``: the policy of :mod:`bayes_rbfn.linalg`).
+        jitter: relative jitter on K_uu (``None``: the policy of :mod:`bayes_rbfn.gp.linalg`).
     """
     Z, X_test, jitter = _prepare_diagnostic(kernel, Z, X_test, jitter)
     value = prior_variance_lost(kernel, Z, X_test, jitter)
@@ -513,7 +514,7 @@ def collapse_warning(
             f"SoR loses more than {threshold_value:.0%} of the prior variance at {n_bad} of {n} test "
             f"point(s) ({n_bad / n:.0%}): they are far from the inducing inputs Z, where SoR's predictive "
             "variance collapses towards 0 (σ² for y*). Consider DTC, FITC or VFE "
-            "(bayes_rbfn.sparse.dtc / fitc / vfe), which keep the prior variance there, or add inducing "
+            "(bayes_rbfn.gp.sparse.dtc / fitc / vfe), which keep the prior variance there, or add inducing "
             "inputs near those points.",
             VarianceCollapseWarning,
             stacklevel=2,

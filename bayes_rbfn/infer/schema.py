@@ -15,8 +15,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from bayes_rbfn.families import FAMILIES
 from bayes_rbfn.models import ModelConfig, ModelSpec, get_model
+from bayes_rbfn.models.families import FAMILIES
 from bayes_rbfn.models.likelihoods import get_likelihood
 
 __all__ = ["posterior_params", "rebuild"]

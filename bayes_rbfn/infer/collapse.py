@@ -2,7 +2,7 @@
 
 Far from the inducing inputs the SoR prior at a test point is Q_** → 0, so the latent variance vanishes
 and y*'s tends to σ² (DESIGN §3.4). :func:`collapse_check` averages 1 − Q_**/K_**
-(:func:`bayes_rbfn.sparse.prior_variance_lost`) over posterior draws and warns where it passes a threshold.
+(:func:`bayes_rbfn.gp.sparse.prior_variance_lost`) over posterior draws and warns where it passes a threshold.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayes_rbfn import sparse
+from bayes_rbfn.gp import sparse
+from bayes_rbfn.gp.validation import check_X
+from bayes_rbfn.infer.predictive import DEFAULT_BATCH
 from bayes_rbfn.models import ModelConfig, model_specs
-from bayes_rbfn.predictive import DEFAULT_BATCH
-from bayes_rbfn.validation import check_X
 
 __all__ = ["COLLAPSE_THRESHOLD", "VARIANCE_COLLAPSE_MODELS", "collapse_check"]
 
@@ -46,11 +46,12 @@ def collapse_check(
 ) -> np.ndarray:
     """Posterior-mean share of the prior variance the Nyström prior loses at X_eval, and a warning.
 
-    Computes mean_s [1 − Q_**/K_**](θ_s) over the posterior draws θ_s (:func:`bayes_rbfn.sparse.
+    Computes mean_s [1 − Q_**/K_**](θ_s) over the posterior draws θ_s (:func:`bayes_rbfn.gp.sparse.
     prior_variance_lost`, DESIGN §3.4) and, when ``warn`` and some point exceeds ``threshold``, issues a
-    :class:`~bayes_rbfn.sparse.VarianceCollapseWarning` naming ``model``. This is the hook for a driver
+    :class:`~bayes_rbfn.gp.sparse.VarianceCollapseWarning` naming ``model``. This is the hook for a driver
     that holds the model's pieces: :func:`bayes_rbfn.fit` calls it after sampling for every model in
-    :data:`VARIANCE_COLLAPSE_MODELS`, and :func:`bayes_rbfn.compare.variance_collapse` on a stored fit.
+    :data:`VARIANCE_COLLAPSE_MODELS`, and :func:`bayes_rbfn.workflows.compare.variance_collapse` on a stored
+    fit.
 
     Args:
         config: the model's :class:`~bayes_rbfn.models.ModelConfig` (its family builds the kernel).

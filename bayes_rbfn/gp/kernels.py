@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayes_rbfn.validation import is_concrete
+from bayes_rbfn.gp.validation import is_concrete
 
 __all__ = [
     "KERNELS",

@@ -18,7 +18,7 @@ The checkpoint folder::
     state-<k>.npz         sampler state after k iterations (leaves of the HMCState pytree)
     chunk-<k>.npz         the post-warm-up draws and sample statistics of the chunk ending at iteration k
 
-Every file is written to a hidden sibling and renamed into place (:func:`bayes_rbfn.output.
+Every file is written to a hidden sibling and renamed into place (:func:`bayes_rbfn.io.output.
 atomic_write_bytes`); ``checkpoint.json`` is replaced last, so it names only files that are complete.
 On resume the folder is checked before anything is loaded — the format tag (a foreign folder), the JSON
 and every file's hash (a corrupt one), and the fingerprint of data, priors and sampler settings (a
@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayes_rbfn.output import atomic_write_bytes
+from bayes_rbfn.io.output import atomic_write_bytes
 
 __all__ = [
     "CHECKPOINT_FILE",
@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 CHECKPOINT_FILE = "checkpoint.json"
-FORMAT = "bayes_rbfn.checkpoint"
+FORMAT = "bayes_rbfn.infer.checkpoint"
 VERSION = 1
 #: Iterations per chunk (warm-up and draws alike).
 DEFAULT_CHUNK_SIZE = 50

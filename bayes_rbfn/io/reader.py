@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bayes_rbfn.datasets import Dataset
+from bayes_rbfn.io.datasets import Dataset
 
 __all__ = ["InputError", "read_xy_csv"]
 
@@ -60,7 +60,7 @@ def read_xy_csv(
         min_rows: fewest usable rows accepted.
 
     Returns:
-        A :class:`~bayes_rbfn.datasets.Dataset` with ``X`` (N, D) and ``y`` (N,) float64, ``group`` (N,)
+        A :class:`~bayes_rbfn.io.datasets.Dataset` with ``X`` (N, D) and ``y`` (N,) float64, ``group`` (N,)
         and ``group_names`` when ``group_col`` is given, ``name`` the file's stem.
 
     Raises:

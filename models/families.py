@@ -47,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 
-from bayes_rbfn import kernels as K
+from bayes_rbfn.gp import kernels as K
 
 __all__ = ["FAMILIES", "KernelFamily", "data_scales", "fixed_family", "get_family"]
 
@@ -78,7 +78,7 @@ class KernelFamily:
     Attributes:
         name: family name used by ``fit(kernel=...)`` and the CLI.
         params: names of the sampled kernel hyperparameters (the noise is handled by the models).
-        build: function of a dict {param: value} → :class:`~bayes_rbfn.kernels.Kernel`.
+        build: function of a dict {param: value} → :class:`~bayes_rbfn.gp.kernels.Kernel`.
         priors: function of :class:`DataScales` → dict {param: numpyro distribution} (without noise).
         description: one line for ``--help``.
     """

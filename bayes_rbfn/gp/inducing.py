@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from bayes_rbfn.kernels import Kernel
-from bayes_rbfn.validation import check_X, count_distinct_rows
+from bayes_rbfn.gp.kernels import Kernel
+from bayes_rbfn.gp.validation import check_X, count_distinct_rows
 
 __all__ = ["kmeans_centres", "pivoted_cholesky_points", "select_inducing"]
 

@@ -1,6 +1,6 @@
 """The O(NM²) pass of the SoR family: streamed over chunks of the data, sharded over devices.
 
-Every SoR-family formula needs the data only through the sums of :func:`bayes_rbfn.linalg.woodbury`
+Every SoR-family formula needs the data only through the sums of :func:`bayes_rbfn.gp.linalg.woodbury`
 (its ``stats``): with a_n = L_uu⁻¹ k_u(x_n) and ω_n = 1/d_n,
 
     AAᵀ = Σ_n ω_n a_n a_nᵀ (M×M),   A D^-½ y = Σ_n ω_n y_n a_n (M),   yᵀD⁻¹y,   Σ_n log d_n.
@@ -11,12 +11,12 @@ This module takes those sums in one pass, as close to the machine's floor as the
   is formed, used and dropped chunk by chunk inside a ``lax.scan``, so memory is O(MC + M²) whatever N,
   nothing of size N×M is ever materialised, and the cost is linear in N down to small N.
 * **Whitened by GEMM.** a_c = W K_uc with W = L_uu⁻¹ (M×M, a triangular solve against I once per
-  evaluation, O(M³), as :meth:`~bayes_rbfn.linalg.Woodbury.weight_cov_factor` already does). The
-  N-column triangular solve of :func:`~bayes_rbfn.linalg.whitened_stats` becomes a matrix product, which
+  evaluation, O(M³), as :meth:`~bayes_rbfn.gp.linalg.Woodbury.weight_cov_factor` already does). The
+  N-column triangular solve of :func:`~bayes_rbfn.gp.linalg.whitened_stats` becomes a matrix product, which
   XLA's CPU runtime runs several times faster per flop than a triangular solve, with the same forward error
   (~ε·cond(L_uu)); tests/test_parallel.py checks it against the triangular-solve path and a long-double
   reference. Whitening *before* the sum is what keeps the result accurate: forming K_uf D⁻¹ K_fu first
-  (``fast=True``, :func:`~bayes_rbfn.linalg.fast_stats`) saves one of the two products but loses digits in
+  (``fast=True``, :func:`~bayes_rbfn.gp.linalg.fast_stats`) saves one of the two products but loses digits in
   proportion to cond(K_uu), which the jitter floor puts at ~1e10 for the usual dense inducing inputs:
   errors of O(1) in the log density at N = 20,000, NaN for small noise (benchmarks/README.md).
 * **A hand-written reverse pass.** The backward pass recomputes K_uc chunk by chunk instead of storing
@@ -61,8 +61,8 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bayes_rbfn import linalg
-from bayes_rbfn.kernels import Kernel
+from bayes_rbfn.gp import linalg
+from bayes_rbfn.gp.kernels import Kernel
 
 __all__ = [
     "DATA_AXIS",
@@ -372,18 +372,18 @@ def woodbury_stats(
     chunk_size: int | None = None,
     mesh: Mesh | None = None,
 ) -> tuple:
-    """The data sums of :func:`bayes_rbfn.linalg.woodbury` for C = Q_ff + diag(d), in one streamed pass.
+    """The data sums of :func:`bayes_rbfn.gp.linalg.woodbury` for C = Q_ff + diag(d), in one streamed pass.
 
     Returns ``(AAᵀ, A D^-½ y, yᵀD⁻¹y, Σ log d)`` with A = L_uu⁻¹ K_uf D^-½, ready for
     ``linalg.woodbury(Luu, None, None, None, stats=..., n=N)``; equal to
-    :func:`~bayes_rbfn.linalg.whitened_stats` (or :func:`~bayes_rbfn.linalg.fast_stats` with ``fast``)
+    :func:`~bayes_rbfn.gp.linalg.whitened_stats` (or :func:`~bayes_rbfn.gp.linalg.fast_stats` with ``fast``)
     up to rounding, without forming K_uf. Differentiable (a hand-written reverse pass; see the module
     docstring) in the kernel hyperparameters, Z, L_uu, X, y and d.
 
     Args:
         kernel: covariance function. Z: (M, D) inducing inputs. X: (N, D) inputs. y: (N,) targets.
         d: scalar (σ² for SoR/DTC) or (N,) diagonal part (FITC).
-        Luu: (M, M) Cholesky factor of K_uu (see :func:`bayes_rbfn.linalg.cholesky`).
+        Luu: (M, M) Cholesky factor of K_uu (see :func:`bayes_rbfn.gp.linalg.cholesky`).
         fast: take the products before whitening (one product per chunk fewer; ill-conditioned).
         chunk_size: data points per chunk (default :func:`chunk_size_for`).
         mesh: shard the pass over the ``"data"`` axis of this mesh (see :func:`data_mesh`).
@@ -410,7 +410,7 @@ def sor_factor(
     chunk_size: int | None = None,
     mesh: Mesh | None = None,
 ) -> linalg.Woodbury:
-    """The Woodbury factorisation of Q_ff + σ²I (as :func:`bayes_rbfn.conditional.sor_factor`), streamed.
+    """The Woodbury factorisation of Q_ff + σ²I (as :func:`bayes_rbfn.gp.conditional.sor_factor`), streamed.
 
     K_uf is never formed; the factor is the same up to rounding.
     """
@@ -455,9 +455,9 @@ def sor_loo(
 ) -> jax.Array:
     """LOO conditionals log p(y_i | y_−i) for C = Q_ff + diag(d), shape (N,), streamed in O(NM²).
 
-    As :func:`bayes_rbfn.conditional.woodbury_loo`: C⁻¹ = D⁻¹ − VᵀV, V = R K_uf D⁻¹, R = L_B⁻¹ L_uu⁻¹.
+    As :func:`bayes_rbfn.gp.conditional.woodbury_loo`: C⁻¹ = D⁻¹ − VᵀV, V = R K_uf D⁻¹, R = L_B⁻¹ L_uu⁻¹.
     """
-    from bayes_rbfn.conditional import loo_from_precision
+    from bayes_rbfn.gp.conditional import loo_from_precision
 
     C = chunk_size or chunk_size_for(Z.shape[0], factor.Luu.dtype)
     R = factor.weight_cov_factor()
@@ -488,7 +488,7 @@ def sor_moments(
     chunk_size: int | None = None,
     mesh: Mesh | None = None,
 ) -> tuple[jax.Array, jax.Array]:
-    """SoR predictive moments of the latent f* (as :func:`bayes_rbfn.conditional.sor_predict`, marginal).
+    """SoR predictive moments of the latent f* (as :func:`bayes_rbfn.gp.conditional.sor_predict`, marginal).
 
     mean = K_*u m, var = ‖R k_u(x*)‖² with m = Σ K_uf D⁻¹ y and R = L_B⁻¹ L_uu⁻¹ (Σ = RᵀR), streamed over
     chunks of test points: memory O(M·C) per draw whatever the number of test points.
@@ -522,7 +522,7 @@ def nystrom_variance(
     """diag(Q_ff) = ‖L_uu⁻¹ k_u(x_n)‖² per input, shape (N,), streamed over chunks of X (memory O(MC)).
 
     The per-point counterpart of the sums above: FITC's diagonal σ² + k(x_n, x_n) − diag(Q_ff)_n needs it
-    before its Woodbury pass (:func:`bayes_rbfn.sparse.nystrom_residual` is the dense-K_uf form).
+    before its Woodbury pass (:func:`bayes_rbfn.gp.sparse.nystrom_residual` is the dense-K_uf form).
     """
     C = chunk_size or chunk_size_for(Z.shape[0], Luu.dtype)
 

@@ -73,7 +73,7 @@ import scipy.stats
 from numpyro import handlers
 from numpyro.infer import Predictive
 
-from bayes_rbfn.validation import check_positive_int
+from bayes_rbfn.gp.validation import check_positive_int
 
 __all__ = [
     "LIKELIHOODS",
@@ -172,8 +172,8 @@ def chi2_uniformity(ranks: np.ndarray, num_ranks: int, bins: int) -> tuple[float
 @functools.cache
 def _shipped(model: str, likelihood: str, n: int, num_inducing: int, num_groups: int) -> tuple[Callable, Any]:
     """model_fn(y): the model :func:`bayes_rbfn.fit` runs, on the fixed SBC design."""
-    from bayes_rbfn.families import get_family
     from bayes_rbfn.models import ModelConfig, get_model
+    from bayes_rbfn.models.families import get_family
     from bayes_rbfn.models.likelihoods import get_likelihood
 
     spec = get_model(model)
@@ -632,16 +632,17 @@ def write_sbc(result: SBCResult, out_dir: str | os.PathLike[str], *, overwrite: 
     * ``statistics.json``: :func:`statistics` (also divergences, settings and wall time);
     * ``ecdf.png``: :func:`plot_ecdf`.
 
-    Written atomically through :func:`bayes_rbfn.output.atomic_output_dir`: everything goes into a hidden
+    Written atomically through :func:`bayes_rbfn.io.output.atomic_output_dir`: everything goes into a hidden
     sibling folder that replaces ``out_dir`` only when complete.
 
     Returns:
         The output folder.
 
     Raises:
-        bayes_rbfn.io.InputError: ``out_dir`` exists and is not empty (and not ``overwrite``), or is a file.
+        bayes_rbfn.io.reader.InputError: ``out_dir`` exists and is not empty (and not ``overwrite``), or is a
+        file.
     """
-    from bayes_rbfn.output import atomic_output_dir
+    from bayes_rbfn.io.output import atomic_output_dir
 
     out = Path(out_dir)
     stats = statistics(result)

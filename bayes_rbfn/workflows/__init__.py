@@ -1,0 +1,5 @@
+"""Workflows composed of fits: model comparison (:mod:`~bayes_rbfn.workflows.compare`), simulation-based
+calibration (:mod:`~bayes_rbfn.workflows.sbc`). Returns data, never prints.
+"""
+
+__all__ = ["compare", "sbc"]
