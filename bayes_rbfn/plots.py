@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -23,8 +22,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from bayes_rbfn.infer.predictive import Band
+
 __all__ = [
-    "Band",
     "plot_predicted_vs_observed",
     "plot_predictive_1d",
     "plot_predictive_groups",
@@ -36,22 +36,6 @@ _DATA_STYLE = {"color": "0.15", "ms": 2.5, "alpha": 0.7, "lw": 0, "marker": "."}
 _MEAN_COLOR = "C0"
 _Z_COLOR = "C3"
 _DPI = 110
-
-
-@dataclass(frozen=True)
-class Band:
-    """Posterior predictive summary at prediction inputs: mean and central intervals of y*.
-
-    Attributes:
-        mean: (S,) predictive mean.
-        intervals: {probability mass: (lower (S,), upper (S,))}, e.g. {0.5: …, 0.95: …}.
-        quantity: what the intervals are of, for the legends: ``"y*"`` (a new observation, the default),
-            or for a count or 0/1 likelihood ``"the rate"`` / ``"the probability"`` (the mean of y given f).
-    """
-
-    mean: np.ndarray
-    intervals: Mapping[float, tuple[np.ndarray, np.ndarray]]
-    quantity: str = "y*"
 
 
 #: Held-out points of a backtest.

@@ -73,5 +73,11 @@ class ModelSpec:
     #: over devices.
     shards_data: bool = False
 
+    @property
+    def takes_linear_mean(self) -> bool:
+        """Whether the model takes ``mean="linear"``: not a grouped model (each group has its own constant
+        offset) nor one with its own family of hyperparameters (``blr``'s basis carries its own trend)."""
+        return not self.grouped and self.family is None
+
 
 __all__ = ["ModelConfig", "ModelSpec"]

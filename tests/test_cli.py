@@ -24,6 +24,7 @@ from conftest import assert_close
 from reference import gram, jittered, sor_function_space
 
 from bayes_rbfn import cli
+from bayes_rbfn.cli import options
 from bayes_rbfn.io.datasets import load_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -484,9 +485,9 @@ def test_readme_main_job_command_parses():
     assert args.command == "fit"
     assert args.data is None and args.dataset is None and args.model is None and args.kernel is None
     assert (args.chains, args.draws, args.warmup) == (
-        cli.DEFAULT_CHAINS,
-        cli.DEFAULT_DRAWS,
-        cli.DEFAULT_WARMUP,
+        options.DEFAULT_CHAINS,
+        options.DEFAULT_DRAWS,
+        options.DEFAULT_WARMUP,
     )
     # The console script the README calls is the one pyproject declares.
     assert 'bayes-rbfn = "bayes_rbfn.cli:main"' in (ROOT / "pyproject.toml").read_text(encoding="utf-8")

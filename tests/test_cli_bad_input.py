@@ -19,6 +19,7 @@ import pytest
 
 import bayes_rbfn.infer.fitting
 from bayes_rbfn import cli
+from bayes_rbfn.cli.compare import plan_compare
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -405,7 +406,7 @@ def test_compare_time_split_holds_out_the_last_rows(good_csv):
     args = cli.build_parser().parse_args(
         ["compare", str(good_csv), "--x", "t", "--y", "y", "--split", "time", "--test-fraction", "0.2"]
     )
-    plan = cli.plan_compare(args)
+    plan = plan_compare(args)
     t = pd.read_csv(good_csv)["t"].to_numpy()
     assert plan.test is not None and len(plan.test) == 6
     assert t[plan.test].min() > t[plan.train].max()

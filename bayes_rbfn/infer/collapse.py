@@ -18,9 +18,10 @@ import numpy as np
 from bayes_rbfn.gp import sparse
 from bayes_rbfn.gp.validation import check_X
 from bayes_rbfn.infer.predictive import DEFAULT_BATCH
+from bayes_rbfn.infer.schema import rebuild
 from bayes_rbfn.models import ModelConfig, model_specs
 
-__all__ = ["COLLAPSE_THRESHOLD", "VARIANCE_COLLAPSE_MODELS", "collapse_check"]
+__all__ = ["COLLAPSE_THRESHOLD", "VARIANCE_COLLAPSE_MODELS", "collapse_check", "variance_collapse"]
 
 #: Models whose predictive variance collapses away from the inducing inputs (their test-point prior is Q_**).
 VARIANCE_COLLAPSE_MODELS: tuple[str, ...] = tuple(
@@ -50,7 +51,7 @@ def collapse_check(
     prior_variance_lost`, DESIGN §3.4) and, when ``warn`` and some point exceeds ``threshold``, issues a
     :class:`~bayes_rbfn.gp.sparse.VarianceCollapseWarning` naming ``model``. This is the hook for a driver
     that holds the model's pieces: :func:`bayes_rbfn.fit` calls it after sampling for every model in
-    :data:`VARIANCE_COLLAPSE_MODELS`, and :func:`bayes_rbfn.workflows.compare.variance_collapse` on a stored
+    :data:`VARIANCE_COLLAPSE_MODELS`, and :func:`variance_collapse` on a stored
     fit.
 
     Args:
@@ -99,3 +100,29 @@ def collapse_check(
             stacklevel=2,
         )
     return lost
+
+
+def variance_collapse(
+    idata: Any, X_test: Any = None, *, threshold: float = COLLAPSE_THRESHOLD, warn: bool | None = None
+) -> np.ndarray:
+    """Share of the prior variance lost, 1 − Q_**/K_**, at X_test, averaged over a fit's posterior draws.
+
+    Args:
+        idata: InferenceData from :func:`bayes_rbfn.fit` of a (non-grouped) model with inducing inputs.
+        X_test: (S, D) inputs (default: the fit's ``X_pred``).
+        threshold: share above which a point counts as collapsed. warn: issue a
+            :class:`~bayes_rbfn.gp.sparse.VarianceCollapseWarning` for collapsed points (default: when the
+            model is in :data:`VARIANCE_COLLAPSE_MODELS`, i.e. its predictive does collapse there).
+
+    Returns:
+        (S,) the share lost per point, in [0, 1]. Large values are harmless for dtc, fitc, vfe and asor,
+        whose predictive restores the lost variance; for sor and rbfn they mark overconfident predictions.
+    """
+    spec, config, data, params = rebuild(idata)
+    if spec.grouped or "Z" not in data:
+        raise ValueError(f"idata: the {spec.name!r} model has no (shared) inducing inputs to check")
+    X_eval = idata.predictions_constant_data["X_pred"].values if X_test is None else X_test
+    warn = spec.variance_collapses if warn is None else warn
+    return collapse_check(
+        config, data["Z"], params, X_eval, model=spec.name, threshold=threshold, warn=bool(warn)
+    )

@@ -8,6 +8,8 @@ References
 [1] Vehtari, A., Gelman, A., Simpson, D., Carpenter, B. & Bürkner, P.-C. (2021). Rank-normalization,
     folding, and localization: an improved R-hat for assessing convergence of MCMC. Bayesian Analysis.
 [2] Betancourt, M. (2017). A conceptual introduction to Hamiltonian Monte Carlo. arXiv:1701.02434.
+[3] Vehtari, A., Simpson, D., Gelman, A., Yao, Y. & Gabry, J. (2024). Pareto smoothed importance sampling.
+    JMLR 25(72).
 """
 
 from __future__ import annotations
@@ -19,10 +21,21 @@ from typing import Any
 import arviz as az
 import numpy as np
 
-__all__ = ["RHAT_MAX", "ConvergenceReport", "ConvergenceWarning", "check_convergence", "warn_if_poor"]
+__all__ = [
+    "PARETO_K_MAX",
+    "RHAT_MAX",
+    "ConvergenceReport",
+    "ConvergenceWarning",
+    "check_convergence",
+    "psis_loo",
+    "warn_if_poor",
+]
 
 RHAT_MAX = 1.01
 ESS_PER_CHAIN_MIN = 100
+
+#: Pareto k̂ above which PSIS-LOO's estimate for an observation is unreliable (Vehtari et al. 2024 [3]).
+PARETO_K_MAX = 0.7
 
 
 class ConvergenceWarning(UserWarning):
@@ -103,3 +116,29 @@ def warn_if_poor(report: ConvergenceReport) -> None:
     """Issue a :class:`ConvergenceWarning` that says what to do when the diagnostics are poor."""
     if not report.ok:
         warnings.warn(report.verdict(), ConvergenceWarning, stacklevel=3)
+
+
+def psis_loo(idata: Any) -> tuple[Any | None, str]:
+    """PSIS-LOO of a fit (``az.loo`` over its ``log_likelihood`` group) and a note on its reliability.
+
+    Returns:
+        (ELPDData or None, note): the note counts observations with Pareto k̂ > :data:`PARETO_K_MAX`, passes
+        on ArviZ's own warning about high k̂, or says why LOO could not be computed (then None); "" when
+        all is well. LOO is a bonus in a report, never a reason to fail, so no exception escapes.
+    """
+    loo, note = None, ""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            loo = az.loo(idata, pointwise=True)
+        except Exception as err:
+            return None, f"PSIS-LOO could not be computed ({type(err).__name__}: {err})."
+    bad = int(np.sum(np.asarray(loo.pareto_k) > PARETO_K_MAX))
+    if bad:
+        note = (
+            f"{bad} observation(s) have Pareto k̂ > {PARETO_K_MAX}: the PSIS-LOO estimate is unreliable "
+            "for them."
+        )
+    elif any("Pareto" in str(w.message) for w in caught):
+        note = "ArviZ warns that some Pareto k̂ are high; treat elpd_loo with care."
+    return loo, note

@@ -165,11 +165,11 @@ def _resolve_mean(mean: Any, spec: ModelSpec, likelihood: Likelihood, y: np.ndar
             raise ValueError(
                 f"mean: expected one of {', '.join(MEANS)}, a number or a callable, got {mean!r}"
             )
-        if mean == "linear" and (spec.grouped or spec.family is not None):
+        if mean == "linear" and not spec.takes_linear_mean:
             raise ValueError(f"mean: the {spec.name!r} model takes a constant mean only (got 'linear')")
         return ("constant", 0.0) if mean == "zero" else (mean, constant)
     if callable(mean):
-        if spec.grouped or spec.family is not None:
+        if not spec.takes_linear_mean:
             raise ValueError(f"mean: the {spec.name!r} model takes a constant mean only (got a callable)")
         return mean, 0.0
     if isinstance(mean, bool) or not isinstance(mean, int | float | np.integer | np.floating):

@@ -23,12 +23,16 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
+    "Band",
     "Predictive",
+    "band_of_the_mean",
+    "band_of_y",
     "compiled_predict",
     "draw_devices",
     "mixture_moments",
     "mixture_quantiles",
     "model_moments",
+    "noise_draws",
     "per_draw_moments",
     "predict",
     "sample_predictive",
@@ -354,15 +358,118 @@ def predict(idata: Any, X_test: Any, *, group: Any = None, batch_size: int | Non
         extra = (jnp.asarray(np.asarray(group, dtype=np.int32)),)
 
     f_mean, f_var = model_moments(spec, config, data, params, X_test, extra=extra, batch_size=batch_size)
-    noise = params.get("noise")
-    noise_draws = None
-    if noise is not None and not spec.grouped:
-        noise_draws = np.broadcast_to(np.asarray(noise), f_mean.shape[:2])
-    elif noise is not None and spec.grouped:
-        g = np.asarray(group)
-        noise_draws = np.asarray(noise)[..., g].reshape(-1, len(g))
-    mean, var, var_y = mixture_moments(f_mean, f_var, noise_draws)
+    noise = noise_draws(params, f_mean.shape[:2], group=group if spec.grouped else None)
+    mean, var, var_y = mixture_moments(f_mean, f_var, noise)
     return Predictive(f_mean=f_mean, f_var=f_var, mean=mean, var=var, var_y=var_y)
+
+
+def noise_draws(
+    params: Mapping[str, Any], draws_shape: tuple[int, ...], *, group: Any = None
+) -> np.ndarray | None:
+    """The noise sd σ of every posterior draw, shaped for :func:`mixture_moments`.
+
+    Args:
+        params: the posterior {site: (chains, draws, ...)} with pinned values merged
+            (:func:`bayes_rbfn.infer.schema.rebuild`); a pinned σ is a number.
+        draws_shape: (chains, draws).
+        group: (S,) group codes of the test points, for a model with one σ per group.
+
+    Returns:
+        (chains, draws), or (chains, draws, S) for a per-group σ indexed by ``group``; None when the model
+        has no noise (a non-Gaussian likelihood).
+    """
+    noise = params.get("noise")
+    if noise is None:
+        return None
+    noise = np.asarray(noise, dtype=float)
+    if group is not None and noise.ndim == len(draws_shape) + 1:
+        return noise[..., np.asarray(group)]
+    return np.broadcast_to(noise, draws_shape)
+
+
+@dataclass(frozen=True)
+class Band:
+    """Posterior predictive summary at prediction inputs: mean and central intervals.
+
+    Attributes:
+        mean: (S,) predictive mean.
+        intervals: {probability mass: (lower (S,), upper (S,))}, e.g. {0.5: …, 0.95: …}.
+        quantity: what the intervals are of, for the legends: ``"y*"`` (a new observation, the default),
+            or for a count or 0/1 likelihood ``"the rate"`` / ``"the probability"`` (the mean of y given f).
+        sd_f: (S,) sd of the latent f* (of the mean of y given f for a non-Gaussian likelihood).
+        sd_y: (S,) sd of a new observation y*.
+    """
+
+    mean: np.ndarray
+    intervals: Mapping[float, tuple[np.ndarray, np.ndarray]]
+    quantity: str = "y*"
+    sd_f: np.ndarray | None = None
+    sd_y: np.ndarray | None = None
+
+
+def _interval_probs(masses: Sequence[float]) -> list[float]:
+    return sorted({p for c in masses for p in ((1 - c) / 2, (1 + c) / 2)})
+
+
+def band_of_y(idata: Any, masses: Sequence[float]) -> Band:
+    """A Gaussian likelihood's band of a new observation y* at the fit's ``X_pred``: central intervals are
+    quantiles of the mixture over draws of N(m_s, v_s + σ_s²) (:func:`mixture_quantiles`), the sds of f* and
+    y* its moments (:func:`mixture_moments`).
+
+    Args:
+        idata: InferenceData of :func:`bayes_rbfn.fit` with its ``predictions`` group.
+        masses: central interval probabilities, e.g. (0.5, 0.95).
+    """
+    from bayes_rbfn.infer.schema import rebuild
+
+    spec, _, _, params = rebuild(idata)
+    group = idata.predictions_constant_data["pred_group"].values if spec.grouped else None
+    f_mean = np.asarray(idata.predictions["f_mean"].values)
+    f_var = np.asarray(idata.predictions["f_var"].values)
+    S = f_mean.shape[-1]
+    noise = noise_draws(params, f_mean.shape[:2], group=group)
+    mean, var_f, var_y = mixture_moments(f_mean, f_var, noise)
+    var_y = var_f if var_y is None else var_y
+    T = f_mean.shape[0] * f_mean.shape[1]
+    var_draws = f_var.reshape(T, S) + (0.0 if noise is None else np.reshape(noise, (T, -1)) ** 2)
+    probs = _interval_probs(masses)
+    q = mixture_quantiles(f_mean.reshape(-1, S), var_draws, probs)
+    intervals = {c: (q[probs.index((1 - c) / 2)], q[probs.index((1 + c) / 2)]) for c in masses}
+    return Band(mean=mean, intervals=intervals, sd_f=np.sqrt(var_f), sd_y=np.sqrt(var_y))
+
+
+def band_of_the_mean(idata: Any, masses: Sequence[float]) -> Band:
+    """A non-Gaussian likelihood's band of the mean of y given f at the fit's ``X_pred`` — the rate exp f,
+    the probability logistic f, or f itself for Student-t: quantiles over the draws, each draw's latent
+    being known given its weights (f_var = 0) — and the sd of a new observation y* by the law of total
+    variance, Var y* = E_s[Var(y | f_s)] + Var_s[E(y | f_s)].
+    """
+    from bayes_rbfn.infer.schema import rebuild
+
+    _, config, _, params = rebuild(idata)
+    likelihood = config.likelihood
+    f = np.asarray(idata.predictions["f_mean"].values)
+    draws_shape = f.shape[:2]
+    T, S = f.shape[0] * f.shape[1], f.shape[-1]
+    f = f.reshape(T, S)
+    given = {
+        name: jnp.reshape(jnp.broadcast_to(jnp.asarray(params[name], dtype=f.dtype), draws_shape), (T, 1))
+        for name in likelihood.params
+    }
+    mu = likelihood.inverse_link(f)
+    with np.errstate(over="ignore", invalid="ignore"):
+        var_obs = np.asarray(likelihood.observe(jnp.asarray(f), given).variance)
+    probs = _interval_probs(masses)
+    q = np.quantile(mu, probs, axis=0)
+    intervals = {c: (q[probs.index((1 - c) / 2)], q[probs.index((1 + c) / 2)]) for c in masses}
+    quantity = {"log": "the rate", "logit": "the probability"}.get(likelihood.link, "the location f")
+    return Band(
+        mean=mu.mean(axis=0),
+        intervals=intervals,
+        quantity=quantity,
+        sd_f=mu.std(axis=0),
+        sd_y=np.sqrt(var_obs.mean(axis=0) + mu.var(axis=0)),
+    )
 
 
 def sample_predictive(

@@ -19,7 +19,7 @@ from bayes_rbfn.models import ModelConfig, ModelSpec, get_model
 from bayes_rbfn.models.families import FAMILIES
 from bayes_rbfn.models.likelihoods import get_likelihood
 
-__all__ = ["posterior_params", "rebuild"]
+__all__ = ["hyperparameter_names", "posterior_params", "rebuild"]
 
 
 def posterior_params(idata_or_samples: Any, fixed: Mapping[str, Any] | None = None) -> dict[str, jax.Array]:
@@ -90,3 +90,14 @@ def rebuild(idata: Any) -> tuple[ModelSpec, ModelConfig, dict, dict]:
         if Z is not None:
             data["Z"] = Z
     return spec, config, data, posterior_params(idata, fixed)
+
+
+def hyperparameter_names(idata: Any) -> list[str]:
+    """Posterior variables that are hyperparameters: neither RBF weights (a variable along the ``inducing``
+    dimension) nor the raw variables of a non-centred parameterisation (``*_raw``, ``*_z``)."""
+    post = idata.posterior
+    return [
+        str(name)
+        for name in post.data_vars
+        if not (str(name).endswith(("_raw", "_z")) or "inducing" in post[name].dims)
+    ]

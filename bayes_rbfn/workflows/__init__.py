@@ -2,4 +2,4 @@
 calibration (:mod:`~bayes_rbfn.workflows.sbc`). Returns data, never prints.
 """
 
-__all__ = ["compare", "sbc"]
+__all__ = ["compare", "planning", "sbc"]

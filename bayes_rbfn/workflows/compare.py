@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,26 +65,22 @@ import pandas as pd
 from scipy.special import logsumexp
 
 from bayes_rbfn.gp.validation import check_X, check_y
-from bayes_rbfn.infer.collapse import COLLAPSE_THRESHOLD, VARIANCE_COLLAPSE_MODELS, collapse_check
+from bayes_rbfn.infer.collapse import COLLAPSE_THRESHOLD, variance_collapse
 from bayes_rbfn.infer.diagnostics import check_convergence
 from bayes_rbfn.infer.fitting import fit, rebuild
-from bayes_rbfn.infer.predictive import mixture_moments
+from bayes_rbfn.infer.predictive import mixture_moments, noise_draws
 from bayes_rbfn.infer.predictive import predict as posterior_predict
 from bayes_rbfn.io.output import atomic_output_dir
 from bayes_rbfn.models import ModelSpec, get_model
 
 __all__ = [
-    "COLLAPSE_THRESHOLD",
-    "VARIANCE_COLLAPSE_MODELS",
     "Bands",
     "Comparison",
     "ElpdTest",
-    "collapse_check",
     "compare_models",
     "elpd_test",
     "plot_bands",
     "predictive_bands",
-    "variance_collapse",
 ]
 
 # --------------------------------------------------------------------------------------------------
@@ -149,32 +145,6 @@ def elpd_test(f_mean: Any, f_var: Any, noise: Any, y_test: Any) -> ElpdTest:
 # Variance collapse
 
 
-def variance_collapse(
-    idata: Any, X_test: Any = None, *, threshold: float = COLLAPSE_THRESHOLD, warn: bool | None = None
-) -> np.ndarray:
-    """Share of the prior variance lost, 1 − Q_**/K_**, at X_test, averaged over a fit's posterior draws.
-
-    Args:
-        idata: InferenceData from :func:`bayes_rbfn.fit` of a (non-grouped) model with inducing inputs.
-        X_test: (S, D) inputs (default: the fit's ``X_pred``).
-        threshold: share above which a point counts as collapsed. warn: issue a
-            :class:`~bayes_rbfn.gp.sparse.VarianceCollapseWarning` for collapsed points (default: when the
-            model is in :data:`VARIANCE_COLLAPSE_MODELS`, i.e. its predictive does collapse there).
-
-    Returns:
-        (S,) the share lost per point, in [0, 1]. Large values are harmless for dtc, fitc, vfe and asor,
-        whose predictive restores the lost variance; for sor and rbfn they mark overconfident predictions.
-    """
-    spec, config, data, params = rebuild(idata)
-    if spec.grouped or "Z" not in data:
-        raise ValueError(f"idata: the {spec.name!r} model has no (shared) inducing inputs to check")
-    X_eval = idata.predictions_constant_data["X_pred"].values if X_test is None else X_test
-    warn = spec.variance_collapses if warn is None else warn
-    return collapse_check(
-        config, data["Z"], params, X_eval, model=spec.name, threshold=threshold, warn=bool(warn)
-    )
-
-
 # --------------------------------------------------------------------------------------------------
 # Predictive bands
 
@@ -199,10 +169,6 @@ class Bands:
         return self.mean - z * sd, self.mean + z * sd
 
 
-def _noise_draws(params: Mapping[str, Any], shape: tuple[int, int]) -> np.ndarray:
-    return np.broadcast_to(np.asarray(params["noise"], dtype=np.float64), shape)
-
-
 def predictive_bands(idata: Any, X_test: Any = None) -> Bands:
     """Predictive bands of a fit, at its stored ``X_pred`` (default) or at new inputs X_test (S, D).
 
@@ -220,7 +186,7 @@ def predictive_bands(idata: Any, X_test: Any = None) -> Bands:
     else:
         pred = posterior_predict(idata, X_test)
         X, f_mean, f_var = np.asarray(check_X(X_test, "X_test")), pred.f_mean, pred.f_var
-    mean, var_f, var_y = mixture_moments(f_mean, f_var, _noise_draws(params, f_mean.shape[:2]))
+    mean, var_f, var_y = mixture_moments(f_mean, f_var, noise_draws(params, f_mean.shape[:2]))
     return Bands(X=X, mean=mean, f_sd=np.sqrt(np.maximum(var_f, 0.0)), y_sd=np.sqrt(np.maximum(var_y, 0.0)))
 
 
@@ -551,7 +517,7 @@ def _elpd_test_of_fit(idata: Any, X_test: np.ndarray, y_test: np.ndarray, X_pred
     else:
         pred = posterior_predict(idata, X_test)
         f_mean, f_var = pred.f_mean, pred.f_var
-    return elpd_test(f_mean, f_var, _noise_draws(params, f_mean.shape[:2]), y_test)
+    return elpd_test(f_mean, f_var, noise_draws(params, f_mean.shape[:2]), y_test)
 
 
 def _table(

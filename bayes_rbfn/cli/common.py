@@ -1,0 +1,220 @@
+"""What every subcommand shares: errors, the console, the subcommand table and the parser built from it,
+and the process settings of a command that computes.
+
+This layer is the only one in the package that prints. Progress and notes go to stderr, the final report to
+stdout. Raise :class:`UserError` (or :class:`~bayes_rbfn.io.reader.InputError`) for anything the user can
+fix: :func:`bayes_rbfn.cli.main.main` prints it in one line, with no traceback, and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import shlex
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from bayes_rbfn import runtime
+
+__all__ = [
+    "COMMANDS",
+    "EXIT_INTERRUPTED",
+    "EXIT_USAGE",
+    "PROG",
+    "Command",
+    "Console",
+    "HelpFormatter",
+    "Interrupted",
+    "Parser",
+    "UsageError",
+    "UserError",
+    "build_parser",
+    "command",
+    "command_line",
+    "configure_jax",
+    "duration",
+    "jax_backend_started",
+    "package_version",
+    "quiet_libraries",
+]
+
+
+PROG = "bayes-rbfn"
+
+
+EXIT_USAGE = 2
+
+
+EXIT_INTERRUPTED = 130
+
+
+class UserError(Exception):
+    """Something the user can fix (an option, a file, a column, a value); printed without a traceback."""
+
+
+class UsageError(UserError):
+    """A command-line syntax error reported by argparse."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during sampling; ``str()`` says what was kept and how to go on."""
+
+
+@dataclass
+class Console:
+    """Where the CLI writes: progress and notes to ``err`` (silenced by ``quiet``), results to ``out``."""
+
+    out: TextIO = field(default_factory=lambda: sys.stdout)
+    err: TextIO = field(default_factory=lambda: sys.stderr)
+    quiet: bool = False
+
+    def say(self, message: str) -> None:
+        """A progress message or note (stderr; not shown with ``--quiet``)."""
+        if not self.quiet:
+            print(message, file=self.err, flush=True)
+
+    def result(self, text: str) -> None:
+        """The command's result (stdout)."""
+        print(text, file=self.out, flush=True)
+
+    def error(self, message: str) -> None:
+        """A one-line error message, always shown."""
+        print(f"{PROG}: error: {message}", file=self.err, flush=True)
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: its name, one-line help, options and the function that runs it (→ exit status)."""
+
+    name: str
+    help: str
+    description: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, Console], int]
+
+
+#: The subcommands, in the order ``--help`` lists them.
+COMMANDS: dict[str, Command] = {}
+
+
+def command(
+    name: str,
+    *,
+    help: str,
+    arguments: Callable[[argparse.ArgumentParser], None],
+    description: str = "",
+) -> Callable[[Callable[[argparse.Namespace, Console], int]], Callable[[argparse.Namespace, Console], int]]:
+    """Register the decorated function as the subcommand ``name`` in :data:`COMMANDS`."""
+
+    def register(run: Callable[[argparse.Namespace, Console], int]) -> Callable[..., int]:
+        COMMANDS[name] = Command(name, help, description or help, arguments, run)
+        return run
+
+    return register
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser that raises :class:`UsageError` instead of printing usage and exiting."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=30, width=100)
+
+
+def jax_backend_started() -> bool:
+    try:
+        from jax._src.xla_bridge import backends_are_initialized
+    except ImportError:  # pragma: no cover - a future JAX without this helper
+        return False
+    return bool(backends_are_initialized())
+
+
+def configure_jax() -> None:
+    """Process settings for a command that computes: float64, the persistent compilation cache (unless
+    one is configured already), and one BLAS thread (:func:`bayes_rbfn.runtime.limit_blas_threads`: the
+    chains already run one per core, and OpenBLAS's busy-waiting threads would compete with them).
+
+    The host device count (one device per core, so chains run in parallel) is set earlier, by
+    :func:`main`, because it must precede JAX's backend initialisation.
+    """
+    import jax
+
+    runtime.enable_x64()
+    if not jax.config.jax_compilation_cache_dir:
+        runtime.enable_compilation_cache()
+    runtime.limit_blas_threads()
+
+
+@contextlib.contextmanager
+def quiet_libraries() -> Iterator[None]:
+    """Silence ArviZ's logger and library warnings the report already covers in plain words."""
+    logger = logging.getLogger("arviz")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=FutureWarning)
+            warnings.filterwarnings("ignore", category=DeprecationWarning)
+            warnings.filterwarnings("ignore", message=".*There are not enough devices.*")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest:02d} s"
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The command as typed (for the record in inference.nc)."""
+    return shlex.join([PROG, *getattr(args, "argv", ["fit"])])
+
+
+def package_version() -> str:
+    from bayes_rbfn import __version__
+
+    return __version__
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``bayes-rbfn`` parser with one subparser per entry of :data:`COMMANDS`."""
+    parser = Parser(
+        prog=PROG,
+        description=(
+            "Fully Bayesian RBF networks / sparse (SoR) Gaussian processes: NUTS over the kernel "
+            "hyperparameters, analytic posterior predictive per draw, ArviZ diagnostics."
+        ),
+        epilog=(
+            "Start with:\n"
+            f"  {PROG} fit                      fit the default model to the packaged CO2 record\n"
+            f"  {PROG} fit DATA.csv --x T --y Y  fit your own data\n"
+            f"  {PROG} datasets                 list the packaged data sets\n"
+            f"Each command has its own --help."
+        ),
+        formatter_class=HelpFormatter,
+        allow_abbrev=False,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    for cmd in COMMANDS.values():
+        sub = subparsers.add_parser(
+            cmd.name,
+            help=cmd.help,
+            description=cmd.description,
+            formatter_class=HelpFormatter,
+            allow_abbrev=False,
+        )
+        cmd.arguments(sub)
+    return parser

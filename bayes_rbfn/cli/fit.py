@@ -1,0 +1,707 @@
+"""``bayes-rbfn fit``: fit a model of the collection to a CSV file or a packaged data set and write the
+results folder.
+
+With no arguments it fits the main job's model (the DTC GP with a sampled linear mean and the trend + drift +
+medium-term + seasonal ``co2`` kernel, calibrated by backtest) to the packaged Mauna Loa CO2 record and
+writes ``inference.nc``, ``summary.csv``, trace and rank plots, the posterior predictive plot (reaching past
+the end of the data), ``predictions.csv`` and ``report.txt``. The plan comes from
+:mod:`bayes_rbfn.workflows.planning`, the fit from :func:`bayes_rbfn.fit`, the summaries from
+:mod:`bayes_rbfn.infer`; this module parses, reports and draws.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bayes_rbfn.cli.common import (
+    Console,
+    UserError,
+    command,
+    command_line,
+    configure_jax,
+    duration,
+    quiet_libraries,
+)
+from bayes_rbfn.cli.options import (
+    DEFAULT_CHECKPOINT_EVERY,
+    data_arguments,
+    fraction,
+    kernel_arguments,
+    likelihood_names,
+    load_data,
+    mean_option,
+    model_names,
+    one_of,
+    option_error,
+    output_arguments,
+    positive_int,
+    sampler_arguments,
+    slug,
+)
+from bayes_rbfn.cli.resume import interrupted, partial_dir, resume_args, start_partial
+from bayes_rbfn.defaults import DEFAULT_NUM_INDUCING
+from bayes_rbfn.io.datasets import Dataset, list_datasets
+from bayes_rbfn.workflows import planning
+from bayes_rbfn.workflows.planning import (
+    DEFAULT_DATASET,
+    DEFAULT_EXTEND,
+    DEFAULT_GROUPED_MODEL,
+    DEFAULT_KERNEL,
+    DEFAULT_MODEL,
+)
+
+__all__ = ["FitPlan", "FitResults"]
+
+#: Groups drawn in the predictive plot of grouped data.
+MAX_GROUP_PANELS = 6
+
+
+def _fit_arguments(parser: argparse.ArgumentParser) -> None:
+    from bayes_rbfn.models import available_models
+    from bayes_rbfn.models.families import FAMILIES
+    from bayes_rbfn.models.likelihoods import LIKELIHOODS
+
+    models = available_models()
+    width = max(map(len, [*models, *FAMILIES, *LIKELIHOODS]))
+    parser.epilog = (
+        "models (--model):\n"
+        + "\n".join(f"  {name:<{width}}  {text}" for name, text in models.items())
+        + "\n\nkernels (--kernel):\n"
+        + "\n".join(f"  {name:<{width}}  {fam.description}" for name, fam in FAMILIES.items())
+        + "\n\nlikelihoods (--likelihood; all but gaussian take --model rbfn only):\n"
+        + "\n".join(f"  {name:<{width}}  {lik.description}" for name, lik in LIKELIHOODS.items())
+        + "\n\ndata sets (--dataset):\n"
+        + "\n".join(f"  {name:<{width}}  {text}" for name, text in list_datasets().items())
+        + "\n\noutput folder (--out):\n"
+        "  inference.nc     ArviZ InferenceData (netCDF): posterior, posterior_predictive (replicates of\n"
+        "                   y), sample_stats, observed_data, constant_data, log_likelihood (LOO\n"
+        "                   conditionals, or pointwise for a factorised likelihood), predictions (f_mean,\n"
+        "                   f_var), predictions_constant_data (X_pred)\n"
+        "  summary.csv      hyperparameter summary (mean, sd, HDI, ESS, r_hat)\n"
+        "  trace.png        trace plots; rank.png  rank plots (chain mixing)\n"
+        "  predictive.png   posterior predictive mean, 50% and 95% intervals of y* (of the rate or the\n"
+        "                   probability for counts and labels), inducing inputs\n"
+        "  predictions.csv  the predictive at the prediction inputs; report.txt  the printed report\n"
+        "\nexit status: 0 done, 2 bad input (nothing written), 130 interrupted (nothing written)."
+    )
+
+    data_arguments(parser, DEFAULT_DATASET, grouped=True)
+
+    model = parser.add_argument_group("model")
+    model.add_argument(
+        "--model",
+        metavar="NAME",
+        type=one_of("model", model_names),
+        help=f"model (default {DEFAULT_MODEL}; dtc for the co2 data set; {DEFAULT_GROUPED_MODEL} for grouped "
+        "data; rbfn for a non-Gaussian --likelihood); listed below",
+    )
+    model.add_argument(
+        "--likelihood",
+        metavar="NAME",
+        type=one_of("likelihood", likelihood_names),
+        help="observation model (default: the data set's own — poisson for coal, bernoulli for "
+        "breast_cancer — else gaussian); listed below",
+    )
+    model.add_argument(
+        "--mean",
+        metavar="MEAN",
+        type=mean_option,
+        default=None,
+        help="prior mean of the latent f: constant (the data's mean, not sampled; the default, but linear "
+        "for the co2 data set), zero, linear (intercept and slopes sampled), or a number",
+    )
+    kernel_arguments(model, "co2 for the co2 data set, else " + DEFAULT_KERNEL, DEFAULT_NUM_INDUCING)
+    sampler_arguments(parser)
+
+    output = output_arguments(parser)
+    output.add_argument(
+        "--x-pred-extend",
+        type=fraction,
+        default=DEFAULT_EXTEND,
+        metavar="FRACTION",
+        help="one input: predict this fraction of the input range past the end of the data "
+        f"(default {DEFAULT_EXTEND})",
+    )
+    output.add_argument("--no-plots", action="store_true", help="do not draw the PNG plots")
+
+    backtest = parser.add_argument_group("backtest (one input column)")
+    split = backtest.add_mutually_exclusive_group()
+    split.add_argument(
+        "--holdout-after",
+        type=float,
+        metavar="X",
+        help="fit the data up to input X and score the forecast of the rest (backtest.csv)",
+    )
+    split.add_argument(
+        "--holdout",
+        type=fraction,
+        metavar="FRACTION",
+        help="fit all but the last FRACTION of the data by input and score the forecast of it",
+    )
+
+    resume = parser.add_argument_group("interrupted runs")
+    resume.add_argument(
+        "--checkpoint-every",
+        type=positive_int,
+        default=DEFAULT_CHECKPOINT_EVERY,
+        metavar="N",
+        help="save the sampler's state and draws every N iterations into DIR.partial next to the output "
+        f"folder, removed when the run completes (default {DEFAULT_CHECKPOINT_EVERY})",
+    )
+    resume.add_argument(
+        "--resume",
+        metavar="DIR",
+        type=Path,
+        help="continue an interrupted fit whose output folder was DIR (or give DIR.partial itself); "
+        "takes no other option but --quiet: the run's own options are saved with it",
+    )
+
+
+@dataclass
+class FitPlan:
+    """Everything a fit needs, checked: the data, model, inducing and prediction inputs, sampler, output."""
+
+    data: Dataset
+    source: str
+    model: str
+    grouped: bool
+    kernel: str
+    Z: np.ndarray | None
+    X_pred: np.ndarray
+    group_pred: np.ndarray | None
+    chains: int
+    draws: int
+    warmup: int
+    seed: int
+    target_accept: float
+    dense_mass: bool
+    max_tree_depth: int
+    out: Path
+    init: str = "median"
+    notes: list[str] = field(default_factory=list)
+    likelihood: str = "gaussian"
+    mean: str | float = "constant"
+    holdout_after: float | None = None
+    holdout: float | None = None
+    #: The backtest's held-out (x, y), or None.
+    held_out: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
+    """Load and check everything, so that no user error can surface after sampling has started."""
+    from bayes_rbfn.infer.fitting import holdout_split
+    from bayes_rbfn.io.output import default_output_dir, prepare_output_dir
+    from bayes_rbfn.models import get_model
+    from bayes_rbfn.models.likelihoods import get_likelihood
+
+    del console
+    data, source = load_data(args)
+    notes = [data.notes] if data.notes else []
+    likelihood = get_likelihood(args.likelihood or (data.likelihood if args.data is None else "gaussian"))
+    packaged = data.name if args.data is None else ""
+    model = args.model or planning.default_model(
+        packaged, marginalisable=likelihood.marginalisable, grouped=data.group is not None
+    )
+    spec = get_model(model)
+    mean = args.mean or planning.default_mean(packaged, takes_linear_mean=spec.takes_linear_mean)
+    if likelihood.name not in spec.likelihoods:
+        raise UserError(
+            f"--likelihood {likelihood.name} needs the weight-space model (--model rbfn): the {model!r} "
+            "model marginalises its weights, which only the gaussian likelihood allows"
+        )
+    try:
+        likelihood.check(data.y)
+    except ValueError as err:
+        raise UserError("--" + str(err)) from None
+    if mean == "linear" and not spec.takes_linear_mean:
+        raise UserError(f"--mean linear: the {model!r} model takes a constant mean only")
+    if spec.grouped and data.group is None:
+        raise UserError(
+            f"--model {model} needs grouped data: give --group COL with a CSV file, or a grouped data set "
+            "such as --dataset fertility"
+        )
+    if not spec.grouped and data.group is not None:
+        if args.group is not None:
+            raise UserError(
+                f"--group needs a grouped model (--model {DEFAULT_GROUPED_MODEL}), not --model {model}"
+            )
+        notes.append(f"The data are grouped, but the {model!r} model pools every group into one fit.")
+        data = planning.pool_groups(data)
+
+    held_out, X_fit = None, data.X
+    if args.holdout_after is not None or args.holdout is not None:
+        flag = "--holdout-after" if args.holdout_after is not None else "--holdout"
+        if data.group is not None:
+            raise UserError(f"{flag}: a backtest of grouped data is not supported; fit one group's CSV")
+        if not likelihood.marginalisable:
+            raise UserError(f"{flag}: the backtest scores need the gaussian likelihood")
+        try:
+            X_fit, _, X_test, y_test = holdout_split(
+                data.X, data.y, holdout_after=args.holdout_after, holdout=args.holdout
+            )
+        except ValueError as err:
+            raise UserError(f"{flag}: " + str(err).split(": ", 1)[1]) from None
+        held_out = (X_test, y_test)
+    Z = None
+    if spec.uses_inducing:
+        default_M = planning.DATASET_NUM_INDUCING.get(packaged, DEFAULT_NUM_INDUCING)
+        try:  # a backtest chooses Z from the fitted rows
+            Z = planning.choose_inducing(X_fit, args.num_inducing, default_M, args.seed)
+        except ValueError as err:
+            raise option_error(err) from None
+    elif args.num_inducing is not None:
+        notes.append(f"The {model!r} model has no inducing inputs; --num-inducing is ignored.")
+    if not spec.uses_inducing and data.X.shape[0] > 3000:
+        notes.append(
+            f"The {model!r} model costs O(N³) per NUTS step; with N = {data.X.shape[0]:,} expect a long run."
+        )
+
+    X_pred, group_pred = planning.prediction_inputs(data, args.x_pred_extend)
+    out = args.out if args.out is not None else default_output_dir(prefix=f"bayes_rbfn_{slug(data.name)}")
+    prepare_output_dir(out, args.overwrite)
+    return FitPlan(
+        data=data,
+        source=source,
+        model=model,
+        grouped=spec.grouped,
+        kernel=args.kernel or planning.DATASET_KERNELS.get(packaged, DEFAULT_KERNEL),
+        Z=Z,
+        X_pred=X_pred,
+        group_pred=group_pred,
+        chains=args.chains,
+        draws=args.draws,
+        warmup=args.warmup,
+        seed=args.seed,
+        target_accept=args.target_accept,
+        dense_mass=(not spec.grouped) if args.dense_mass is None else bool(args.dense_mass),
+        max_tree_depth=args.max_tree_depth
+        or planning.DATASET_TREE_DEPTHS.get(packaged, planning.DEFAULT_MAX_TREE_DEPTH),
+        out=Path(out),
+        init=args.init,
+        notes=notes,
+        likelihood=likelihood.name,
+        mean=mean,
+        holdout_after=args.holdout_after,
+        holdout=args.holdout,
+        held_out=held_out,
+    )
+
+
+@command(
+    "fit",
+    help="fit a model with NUTS and write the results folder",
+    arguments=_fit_arguments,
+    description=(
+        "Fit a model of the collection with NUTS over its kernel hyperparameters, compute the analytic\n"
+        "posterior predictive for every draw, and write the results folder.\n\n"
+        "  bayes-rbfn fit                                  the packaged CO2 record (the default)\n"
+        "  bayes-rbfn fit --dataset snelson                another packaged data set\n"
+        "  bayes-rbfn fit DATA.csv --x t --y co2           your CSV file (one or more --x columns)\n"
+        "  bayes-rbfn fit DATA.csv --x year --y rate --group country   hierarchical (grouped) model"
+    ),
+)
+def _run_fit(args: argparse.Namespace, console: Console) -> int:
+    start = time.perf_counter()
+    resuming = args.resume is not None
+    if resuming:
+        partial, args = resume_args(args)
+    configure_jax()
+    with quiet_libraries():
+        plan = _plan_fit(args, console)
+        if not resuming:
+            partial = partial_dir(plan.out)
+            start_partial(partial, args, plan.out)
+        try:
+            _announce(plan, console)
+            if resuming:
+                console.say(f"Resuming from {partial} ...")
+            t_sample = time.perf_counter()
+            idata = _sample(plan, console, checkpoint=partial / "sampler", chunk_size=args.checkpoint_every)
+            sampling_seconds = time.perf_counter() - t_sample
+            console.say("Summarising: diagnostics, PSIS-LOO, predictive intervals ...")
+            results = _summarise(plan, idata)
+            idata.posterior.attrs["bayes_rbfn_command"] = command_line(args)
+            idata.posterior.attrs["bayes_rbfn_data"] = plan.source
+            _write_outputs(plan, args, idata, results, console, start, sampling_seconds)
+        except KeyboardInterrupt:
+            raise interrupted(partial, plan.out, resuming) from None
+        shutil.rmtree(partial, ignore_errors=True)
+    return 0
+
+
+def _announce(plan: FitPlan, console: Console) -> None:
+    d = plan.data
+    N = d.X.shape[0]
+    console.say(
+        f"Data: {plan.source} — {N:,} observations of {d.y_name} against {', '.join(d.x_names)}"
+        + (f", {d.num_groups} groups" if d.group is not None else "")
+    )
+    for note in plan.notes:
+        console.say(f"  note: {note}")
+    m = "" if plan.Z is None else f", M = {plan.Z.shape[0]} inducing inputs (k-means)"
+    lik = "" if plan.likelihood == "gaussian" else f", {plan.likelihood} likelihood"
+    console.say(f"Model: {plan.model}, kernel {plan.kernel}{m}{lik}")
+    import jax
+
+    devices = jax.local_device_count()
+    how = (
+        "in parallel"
+        if plan.chains > 1 and devices >= plan.chains
+        else "vectorised"
+        if plan.chains > 1
+        else ""
+    )
+    console.say(
+        f"Sampling: {plan.chains} chain(s) {how} × ({plan.warmup} warm-up + {plan.draws} draws), NUTS "
+        f"target_accept {plan.target_accept:g}, max tree depth {plan.max_tree_depth}, "
+        f"{'dense' if plan.dense_mass else 'diagonal'} mass matrix. "
+        "Compiling first (faster on later runs: the compilation cache) ..."
+    )
+
+
+def _sample(plan: FitPlan, console: Console, checkpoint: Path | None = None, chunk_size: int = 50) -> Any:
+    from bayes_rbfn.infer.fitting import fit
+
+    d = plan.data
+    return fit(
+        plan.model,
+        d.X,
+        d.y,
+        Z=plan.Z,
+        chains=plan.chains,
+        draws=plan.draws,
+        warmup=plan.warmup,
+        seed=plan.seed,
+        progress=not console.quiet,
+        X_pred=plan.X_pred,
+        kernel=plan.kernel,
+        group=d.group,
+        group_pred=plan.group_pred,
+        target_accept=plan.target_accept,
+        dense_mass=plan.dense_mass,
+        max_tree_depth=plan.max_tree_depth,
+        init=plan.init,
+        check_diagnostics=False,
+        checkpoint=checkpoint,
+        chunk_size=chunk_size,
+        likelihood=plan.likelihood,
+        mean=plan.mean,
+        coords={"input_dim": list(d.x_names)},
+        holdout_after=plan.holdout_after,
+        holdout=plan.holdout,
+    )
+
+
+@dataclass
+class FitResults:
+    """What the report, the CSV files and the plots show."""
+
+    hyperparameters: list[str]
+    summary: Any  # pandas DataFrame
+    convergence: Any  # diagnostics.ConvergenceReport
+    loo: Any | None
+    loo_note: str
+    band: Any  # infer.predictive.Band
+    saturated: int = 0
+    collapsed: int = 0
+    #: The backtest's scores (:func:`bayes_rbfn.infer.fitting.backtest_scores`), or None.
+    backtest: dict | None = None
+
+
+def _summarise(plan: FitPlan, idata: Any) -> FitResults:
+    import arviz as az
+
+    from bayes_rbfn.infer.diagnostics import check_convergence, psis_loo
+    from bayes_rbfn.infer.fitting import backtest_scores
+    from bayes_rbfn.infer.predictive import band_of_the_mean, band_of_y
+    from bayes_rbfn.infer.schema import hyperparameter_names
+
+    names = hyperparameter_names(idata)
+    loo, loo_note = psis_loo(idata)
+    band = band_of_y if plan.likelihood == "gaussian" else band_of_the_mean
+    return FitResults(
+        collapsed=_collapsed_points(plan, idata),
+        saturated=_saturated(plan, idata),
+        hyperparameters=names,
+        summary=az.summary(idata, var_names=names, round_to="none"),
+        convergence=check_convergence(idata, var_names=names),
+        loo=loo,
+        loo_note=loo_note,
+        band=band(idata, planning.INTERVALS),
+        backtest=None if plan.held_out is None else backtest_scores(idata),
+    )
+
+
+def _saturated(plan: FitPlan, idata: Any) -> int:
+    """Transitions that hit the maximum tree depth."""
+    n_steps = np.asarray(idata.sample_stats["n_steps"].values) if "n_steps" in idata.sample_stats else None
+    return 0 if n_steps is None else int(np.sum(n_steps >= 2**plan.max_tree_depth - 1))
+
+
+def _collapsed_points(plan: FitPlan, idata: Any) -> int:
+    """Prediction inputs where SoR/RBFN keep less than half the prior variance (posterior mean over at
+    most 200 draws); 0 for models whose predictive cannot collapse."""
+    from bayes_rbfn.infer.collapse import COLLAPSE_THRESHOLD, variance_collapse
+    from bayes_rbfn.models import get_model
+
+    if not get_model(plan.model).variance_collapses or plan.Z is None or plan.Z.ndim != 2:
+        return 0
+    step = max(1, plan.chains * plan.draws // 200)
+    lost = variance_collapse(idata.isel(draw=slice(None, None, step)), warn=False)
+    return int(np.sum(lost > COLLAPSE_THRESHOLD))
+
+
+def _predictions_frame(plan: FitPlan, results: FitResults) -> Any:
+    import pandas as pd
+
+    d = plan.data
+    columns: dict[str, Any] = {name: plan.X_pred[:, j] for j, name in enumerate(d.x_names)}
+    if plan.group_pred is not None and d.group_names is not None:
+        columns["group"] = [d.group_names[g] for g in plan.group_pred]
+    columns["mean"] = results.band.mean
+    columns["sd_f"] = results.band.sd_f
+    columns["sd_y"] = results.band.sd_y
+    for c in sorted(planning.INTERVALS, reverse=True):
+        columns[f"lower{c:.0%}".replace("%", "")] = results.band.intervals[c][0]
+    for c in sorted(planning.INTERVALS):
+        columns[f"upper{c:.0%}".replace("%", "")] = results.band.intervals[c][1]
+    if d.X.shape[1] == 1:
+        if d.group is None:
+            columns["beyond_data"] = plan.X_pred[:, 0] > d.X[:, 0].max()
+        else:
+            ends = np.array([d.X[d.group == g, 0].max() for g in range(d.num_groups)])
+            assert plan.group_pred is not None
+            columns["beyond_data"] = plan.X_pred[:, 0] > ends[plan.group_pred]
+    return pd.DataFrame(columns)
+
+
+def _draw_plots(folder: Path, plan: FitPlan, idata: Any, results: FitResults) -> list[str]:
+    from bayes_rbfn import plots
+    from bayes_rbfn.infer.predictive import Band
+
+    d = plan.data
+    written = []
+    names = results.hyperparameters
+    plots.plot_trace(idata, names, folder / "trace.png")
+    written.append("trace.png")
+    scalars = [n for n in names if idata.posterior[n].ndim == 2][:12]
+    if scalars and idata.posterior.sizes["chain"] > 1:
+        plots.plot_rank(idata, scalars, folder / "rank.png")
+        written.append("rank.png")
+    title = f"{d.name}: {plan.model} model, {plan.kernel} kernel — posterior predictive of {d.y_name}"
+    y_label = d.y_name
+    if d.X.shape[1] == 1 and d.group is None:
+        fitted = (
+            np.ones(d.y.size, bool) if plan.held_out is None else ~np.isin(d.X[:, 0], plan.held_out[0][:, 0])
+        )
+        plots.plot_predictive_1d(
+            folder / "predictive.png",
+            X=d.X[fitted],
+            y=d.y[fitted],
+            X_pred=plan.X_pred,
+            band=results.band,
+            Z=plan.Z,
+            x_label=d.x_names[0],
+            y_label=y_label,
+            title=title,
+            held_out=plan.held_out,
+        )
+    elif d.X.shape[1] == 1:
+        assert d.group is not None and plan.group_pred is not None and d.group_names is not None
+        shown = np.unique(np.round(np.linspace(0, d.num_groups - 1, min(MAX_GROUP_PANELS, d.num_groups))))
+        panels = []
+        for g in shown.astype(int):
+            obs, pred = d.group == g, plan.group_pred == g
+            band = Band(
+                mean=results.band.mean[pred],
+                intervals={c: (lo[pred], hi[pred]) for c, (lo, hi) in results.band.intervals.items()},
+                quantity=results.band.quantity,
+            )
+            Zg = None if plan.Z is None else (plan.Z[g] if plan.Z.ndim == 3 else plan.Z)
+            panels.append((d.group_names[g], d.X[obs], d.y[obs], plan.X_pred[pred], band, Zg))
+        extra = f" ({len(panels)} of {d.num_groups} groups)" if len(panels) < d.num_groups else ""
+        plots.plot_predictive_groups(
+            folder / "predictive.png",
+            panels=panels,
+            x_label=d.x_names[0],
+            y_label=y_label,
+            title=title + extra,
+        )
+    else:
+        plots.plot_predicted_vs_observed(
+            folder / "predictive.png",
+            X=d.X,
+            y=d.y,
+            band=results.band,
+            Z=plan.Z,
+            x_names=d.x_names,
+            y_label=y_label,
+            title=title,
+        )
+    written.append("predictive.png")
+    return written
+
+
+def _summary_table(summary: Any, limit: int = 20) -> tuple[str, int]:
+    """The hyperparameter summary as text (at most ``limit`` rows: population-level ones first)."""
+    columns = [
+        c for c in ("mean", "sd", "hdi_3%", "hdi_97%", "ess_bulk", "ess_tail", "r_hat") if c in summary
+    ]
+    table = summary[columns]
+    hidden = 0
+    if len(table) > limit:
+        population = [i for i in table.index if "[" not in str(i)]
+        shown = population[:limit] if population else list(table.index[:limit])
+        hidden = len(table) - len(shown)
+        table = table.loc[shown]
+
+    def fmt(column: str) -> Callable[[float], str]:
+        if column.startswith("ess"):
+            return lambda v: "nan" if not np.isfinite(v) else f"{v:.0f}"
+        if column == "r_hat":
+            return lambda v: "nan" if not np.isfinite(v) else f"{v:.3f}"
+        return lambda v: f"{v:.4g}"
+
+    text = table.to_string(formatters={c: fmt(c) for c in columns})
+    return text, hidden
+
+
+def _report(
+    plan: FitPlan,
+    results: FitResults,
+    files: list[str],
+    total_seconds: float,
+    sampling_seconds: float,
+) -> str:
+    d = plan.data
+    N, D = d.X.shape
+    lines = [
+        f"bayes-rbfn fit: {plan.model} model, {plan.kernel} kernel"
+        + ("" if plan.Z is None else f", M = {plan.Z.shape[0]} inducing inputs")
+        + ("" if plan.likelihood == "gaussian" else f", {plan.likelihood} likelihood")
+        + ("" if plan.mean == "constant" else f", mean {plan.mean}"),
+        f"Data: {plan.source} — {d.description}",
+        f"      N = {N:,} observations, {D} input(s) ({', '.join(d.x_names)}), target {d.y_name}"
+        + (f", {d.num_groups} groups" if d.group is not None else ""),
+    ]
+    lines += [f"      note: {note}" for note in plan.notes]
+    lines += [
+        f"NUTS: {plan.chains} chain(s) × {plan.draws} draws after {plan.warmup} warm-up, seed {plan.seed}; "
+        f"sampling and per-draw predictive took {duration(sampling_seconds)}, "
+        f"total {duration(total_seconds)}.",
+        "",
+        "Hyperparameters (posterior; units of the data):",
+    ]
+    table, hidden = _summary_table(results.summary)
+    lines += ["  " + row for row in table.splitlines()]
+    if hidden:
+        lines.append(f"  ... and {hidden} per-group rows: see summary.csv")
+    lines += ["", "Diagnostics: " + results.convergence.verdict()]
+    if results.saturated:
+        total = plan.chains * plan.draws
+        lines.append(
+            f"{results.saturated} of {total} draws stopped at the maximum tree depth "
+            f"{plan.max_tree_depth} (2^{plan.max_tree_depth} − 1 steps): the sampler explored less per draw "
+            "than it wanted; raise --max-tree-depth if the ESS is low."
+        )
+    from bayes_rbfn.models import get_model
+
+    one_input = plan.Z is not None and plan.Z.ndim == 2 and plan.Z.shape[1] == 1
+    if one_input and get_model(plan.model).variance_collapses:
+        last_z, last_x = float(plan.Z[:, 0].max()), float(plan.X_pred[:, 0].max())
+        if last_x > last_z:
+            lines.append(
+                f"Forecast warning: the predictions reach {d.x_names[0]} = {last_x:g}, past the last "
+                f"inducing input at {last_z:g}. The {plan.model} model loses prior variance there, so its "
+                "band beyond it is too narrow to trust as a forecast (backtest it with --holdout-after)."
+            )
+    if results.collapsed:
+        S = plan.X_pred.shape[0]
+        lines.append(
+            f"Variance collapse: at {results.collapsed} of {S} prediction inputs the {plan.model} predictive "
+            "keeps less than half of the prior variance (they are far from the inducing inputs), so its "
+            "bands there are too narrow; "
+            + (
+                "--model dtc or fitc keeps the prior variance."
+                if plan.likelihood == "gaussian"
+                else "add inducing inputs there (--num-inducing): only rbfn takes this likelihood."
+            )
+        )
+    if results.loo is not None:
+        loo = results.loo
+        lines.append(
+            f"PSIS-LOO: elpd_loo = {float(loo.elpd_loo):.1f} (se {float(loo.se):.1f}), "
+            f"p_loo = {float(loo.p_loo):.1f}."
+        )
+    if results.loo_note:
+        lines.append(results.loo_note)
+    if plan.held_out is not None:
+        sc = results.backtest
+        lines += [
+            "",
+            f"Backtest: fitted to {d.x_names[0]} ≤ {sc['holdout_after']:g}, scored on the {int(sc['n'])} "
+            "held-out points after it (backtest.csv):",
+            f"  95% band covers {sc['coverage_95']:.0%}, 80% band {sc['coverage_80']:.0%}, 50% band "
+            f"{sc['coverage_50']:.0%} of them (a calibrated forecast: about 95%, 80%, 50%)",
+            f"  MAE {sc['mae']:.4g}, CRPS {sc['crps']:.4g}, interval score (95%) "
+            f"{sc['interval_score_95']:.4g}, log predictive density {sc['lpd']:.4g} per point",
+        ]
+    band = results.band.quantity
+    if band != "y*":
+        lines.append(
+            f"The bands in predictive.png and predictions.csv are of {band} of {d.y_name} given the latent "
+            "f (lower/upper, mean, sd_f); sd_y is the sd of a new observation. Posterior predictive "
+            "replicates of y are in inference.nc (posterior_predictive)."
+        )
+    lines += ["", f"Results in {plan.out}{os.sep}:"]
+    descriptions = {
+        "inference.nc": "ArviZ InferenceData (posterior, posterior_predictive, log_likelihood, …)",
+        "summary.csv": "hyperparameter summary (mean, sd, HDI, ESS, r_hat)",
+        "trace.png": "MCMC trace plots",
+        "rank.png": "rank plots (chain mixing)",
+        "predictive.png": f"posterior predictive: mean, 50% and 95% intervals of {band}, inducing inputs",
+        "predictions.csv": "the predictive at the prediction inputs (mean, sd, interval bounds)",
+        "report.txt": "this report",
+        "backtest.csv": "the backtest's scores on the held-out points",
+    }
+    lines += [f"  {name:<16} {descriptions.get(name, '')}" for name in files]
+    return "\n".join(lines)
+
+
+def _write_outputs(
+    plan: FitPlan,
+    args: argparse.Namespace,
+    idata: Any,
+    results: FitResults,
+    console: Console,
+    start: float,
+    sampling_seconds: float,
+) -> None:
+    from bayes_rbfn.io.output import atomic_output_dir
+
+    console.say(f"Writing {plan.out} ...")
+    with atomic_output_dir(plan.out, args.overwrite) as tmp:
+        idata.to_netcdf(str(tmp / "inference.nc"))
+        results.summary.to_csv(tmp / "summary.csv", index_label="parameter")
+        _predictions_frame(plan, results).to_csv(tmp / "predictions.csv", index=False)
+        files = ["inference.nc", "summary.csv"]
+        if plan.held_out is not None:
+            import pandas as pd
+
+            pd.DataFrame([results.backtest]).to_csv(tmp / "backtest.csv", index=False)
+            files.append("backtest.csv")
+        if not args.no_plots:
+            files += _draw_plots(tmp, plan, idata, results)
+        files += ["predictions.csv", "report.txt"]
+        report = _report(plan, results, files, time.perf_counter() - start, sampling_seconds)
+        (tmp / "report.txt").write_text(report + "\n", encoding="utf-8")
+    console.result(report)

@@ -1,0 +1,110 @@
+"""The entry point, ``bayes-rbfn`` (also ``python -m bayes_rbfn``): parse, dispatch, turn errors into exit
+statuses.
+
+Exit status: 0 on success, 2 for a user error (bad option, file, column or value; the message says what and
+where, with no traceback, and nothing is written), 130 after Ctrl-C (nothing is written: results are
+assembled in a hidden temporary folder that becomes the output folder only when complete). Any other
+exception is a bug and shows its traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from bayes_rbfn import runtime
+
+# The subcommands register themselves in COMMANDS when imported, in the order --help lists them.
+from bayes_rbfn.cli import datasets, fit, compare, sbc  # noqa: F401  isort: skip
+from bayes_rbfn.cli.common import (
+    COMMANDS,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    PROG,
+    Console,
+    Interrupted,
+    UsageError,
+    UserError,
+    build_parser,
+    jax_backend_started,
+)
+from bayes_rbfn.cli.options import DEFAULT_CHAINS
+from bayes_rbfn.cli.resume import RUN_RECORD, partial_dir
+from bayes_rbfn.io.reader import InputError
+
+__all__ = ["main"]
+
+
+def _scan_chains(argv: Sequence[str]) -> int:
+    """The value of ``--chains`` in ``argv`` (default if absent or malformed: argparse reports that); with
+    ``--resume DIR``, the value in the interrupted run's saved options, so that it gets the same devices."""
+    for i, arg in enumerate(argv):
+        folder = None
+        if arg == "--resume" and i + 1 < len(argv):
+            folder = Path(argv[i + 1])
+        elif arg.startswith("--resume="):
+            folder = Path(arg.split("=", 1)[1])
+        if folder is not None:
+            for candidate in (folder, partial_dir(folder)):
+                try:
+                    saved = json.loads((candidate / RUN_RECORD).read_text(encoding="utf-8"))["argv"]
+                    return _scan_chains([str(a) for a in saved if not str(a).startswith("--resume")])
+                except (OSError, ValueError, KeyError, TypeError):
+                    continue
+    for i, arg in enumerate(argv):
+        text = None
+        if arg == "--chains" and i + 1 < len(argv):
+            text = argv[i + 1]
+        elif arg.startswith("--chains="):
+            text = arg.split("=", 1)[1]
+        if text is not None:
+            try:
+                return max(1, int(text))
+            except ValueError:
+                return DEFAULT_CHAINS
+    return DEFAULT_CHAINS
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``bayes-rbfn`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    console = Console()
+    saved_flags = os.environ.get("XLA_FLAGS")
+    try:
+        if not jax_backend_started():
+            # One CPU device per chain (up to the cores), before anything starts JAX's backend.
+            runtime.use_host_devices(min(_scan_chains(argv), os.cpu_count() or 1))
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:
+            raise UsageError(f"choose a command: {', '.join(COMMANDS)} (see '{PROG} --help')")
+        console.quiet = bool(getattr(args, "quiet", False))
+        args.argv = argv
+        return COMMANDS[args.command].run(args, console)
+    except SystemExit as done:  # --help, --version
+        return done.code if isinstance(done.code, int) else 0
+    except (UserError, InputError) as err:
+        console.error(str(err))
+        return EXIT_USAGE
+    except Interrupted as err:
+        console.error(str(err))
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        console.error("interrupted; nothing was written")
+        return EXIT_INTERRUPTED
+    except ValueError as err:
+        from bayes_rbfn.infer.checkpoint import CheckpointError
+
+        if not isinstance(err, CheckpointError):
+            raise
+        console.error(f"cannot resume: {err}; nothing was changed")
+        return EXIT_USAGE
+    finally:
+        # Leave the environment as found: the flag has done its work once the backend is up.
+        if saved_flags is None:
+            os.environ.pop("XLA_FLAGS", None)
+        else:
+            os.environ["XLA_FLAGS"] = saved_flags

@@ -1,0 +1,326 @@
+"""Option types and the option groups shared by the subcommands (data, kernel, sampler, output), and the
+data set an invocation names.
+
+Each option type turns a bad value into a one-line message naming the valid ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bayes_rbfn.cli.common import PROG, UserError
+from bayes_rbfn.defaults import INITS
+from bayes_rbfn.io.datasets import Dataset, list_datasets, load_dataset
+from bayes_rbfn.io.reader import read_xy_csv
+from bayes_rbfn.workflows.planning import (
+    DATASET_TREE_DEPTHS,
+    DEFAULT_DATASET,
+    DEFAULT_MAX_TREE_DEPTH,
+    MIN_ROWS,
+    keep_groups,
+)
+
+__all__ = [
+    "DEFAULT_CHAINS",
+    "DEFAULT_CHECKPOINT_EVERY",
+    "DEFAULT_DRAWS",
+    "DEFAULT_TARGET_ACCEPT",
+    "DEFAULT_WARMUP",
+    "data_arguments",
+    "dataset_names",
+    "fraction",
+    "kernel_arguments",
+    "kernel_names",
+    "likelihood_names",
+    "load_data",
+    "mean_option",
+    "model_names",
+    "non_negative_int",
+    "one_of",
+    "option_error",
+    "output_arguments",
+    "positive_int",
+    "probability",
+    "sampler_arguments",
+    "slug",
+]
+
+
+DEFAULT_CHAINS = 2
+
+
+DEFAULT_DRAWS = 500
+
+
+DEFAULT_WARMUP = 500
+
+
+DEFAULT_TARGET_ACCEPT = 0.8
+
+
+#: Iterations between checkpoints of ``bayes-rbfn fit`` (see bayes_rbfn.infer.checkpoint).
+DEFAULT_CHECKPOINT_EVERY = 50
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number ≥ 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be ≥ 0, got {value}")
+    return value
+
+
+def probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"must lie strictly between 0 and 1, got {value:g}")
+    return value
+
+
+def fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number ≥ 0, got {text!r}") from None
+    if not (np.isfinite(value) and value >= 0.0):
+        raise argparse.ArgumentTypeError(f"must be a finite number ≥ 0, got {text}")
+    return value
+
+
+def one_of(kind: str, valid: Callable[[], Sequence[str]]) -> Callable[[str], str]:
+    """An option type accepting one of ``valid()`` (read when the option is parsed)."""
+
+    def check(text: str) -> str:
+        names = list(valid())
+        if text in names:
+            return text
+        close = difflib.get_close_matches(text, names, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise argparse.ArgumentTypeError(f"unknown {kind} {text!r}{hint}; choose one of: {', '.join(names)}")
+
+    check.__name__ = kind  # argparse names the type in some messages
+    return check
+
+
+def likelihood_names() -> list[str]:
+    from bayes_rbfn.models.likelihoods import LIKELIHOODS
+
+    return list(LIKELIHOODS)
+
+
+def mean_option(text: str) -> str | float:
+    """--mean: constant, zero, linear or a finite number."""
+    if text in ("constant", "zero", "linear"):
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        expected = "expected constant, zero, linear or a number"
+        raise argparse.ArgumentTypeError(f"{expected}, got {text!r}") from None
+    if not np.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def model_names() -> list[str]:
+    from bayes_rbfn.models import available_models
+
+    return list(available_models())
+
+
+def kernel_names() -> list[str]:
+    from bayes_rbfn.models.families import FAMILIES
+
+    return list(FAMILIES)
+
+
+def dataset_names() -> list[str]:
+    return list(list_datasets())
+
+
+def data_arguments(parser: argparse.ArgumentParser, default_dataset: str, grouped: bool) -> None:
+    """DATA.csv --x --y [--group] | --dataset NAME, and --strict (shared by fit and compare)."""
+    data = parser.add_argument_group(f"data (default: the packaged {default_dataset} data set)")
+    data.add_argument("data", nargs="?", metavar="DATA.csv", help="a CSV file with a header line")
+    data.add_argument("--x", nargs="+", metavar="COL", help="input column(s) of DATA.csv")
+    data.add_argument("--y", metavar="COL", help="target column of DATA.csv")
+    if grouped:
+        data.add_argument(
+            "--group",
+            metavar="COL",
+            help="column of group labels in DATA.csv: fits the hierarchical model (--model grouped)",
+        )
+    data.add_argument(
+        "--dataset",
+        metavar="NAME",
+        type=one_of("data set", dataset_names),
+        help=f"a packaged data set instead of a file (see '{PROG} datasets'; default {default_dataset})",
+    )
+    data.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse rows with missing or non-finite values instead of dropping them",
+    )
+    if grouped:
+        data.add_argument(
+            "--max-groups",
+            type=positive_int,
+            metavar="G",
+            help="grouped data: keep G groups, evenly spread over the sorted group labels",
+        )
+
+
+def kernel_arguments(group: Any, default_kernel: str, default_num_inducing: int) -> None:
+    """--kernel and --num-inducing (shared by fit and compare)."""
+    group.add_argument(
+        "--kernel",
+        metavar="NAME",
+        type=one_of("kernel", kernel_names),
+        help=f"kernel family (default: {default_kernel}); listed below",
+    )
+    group.add_argument(
+        "--num-inducing",
+        type=positive_int,
+        metavar="M",
+        help=f"inducing inputs (RBF centres), chosen by k-means (default min({default_num_inducing}, "
+        "distinct inputs))",
+    )
+
+
+def sampler_arguments(parser: argparse.ArgumentParser) -> None:
+    """The NUTS options (shared by fit and compare)."""
+    sampler = parser.add_argument_group("sampler (NUTS)")
+    sampler.add_argument(
+        "--chains",
+        type=positive_int,
+        default=DEFAULT_CHAINS,
+        help=f"Markov chains, run in parallel up to the number of cores (default {DEFAULT_CHAINS})",
+    )
+    sampler.add_argument(
+        "--draws",
+        type=positive_int,
+        default=DEFAULT_DRAWS,
+        help=f"draws per chain (default {DEFAULT_DRAWS})",
+    )
+    sampler.add_argument(
+        "--warmup",
+        type=positive_int,
+        default=DEFAULT_WARMUP,
+        help=f"warm-up (adaptation) iterations per chain, discarded (default {DEFAULT_WARMUP})",
+    )
+    sampler.add_argument(
+        "--seed", type=non_negative_int, default=0, help="random seed (inducing inputs and NUTS; default 0)"
+    )
+    sampler.add_argument(
+        "--target-accept",
+        type=probability,
+        default=DEFAULT_TARGET_ACCEPT,
+        metavar="P",
+        help=f"NUTS target acceptance probability; raise it (e.g. 0.95) after divergences "
+        f"(default {DEFAULT_TARGET_ACCEPT})",
+    )
+    sampler.add_argument(
+        "--max-tree-depth",
+        type=positive_int,
+        metavar="D",
+        help=f"NUTS takes at most 2^D − 1 steps per draw (default {DEFAULT_MAX_TREE_DEPTH}; "
+        f"{DATASET_TREE_DEPTHS['co2']} for the co2 data set)",
+    )
+    sampler.add_argument(
+        "--dense-mass",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="adapt a dense mass matrix (default: dense, except for grouped models)",
+    )
+    sampler.add_argument(
+        "--init",
+        choices=INITS,
+        default="median",
+        help="how the chains start: 'median' (prior median, identity mass matrix) or 'map' (the posterior "
+        "mode and a Laplace mass matrix: much shorter early warm-up for large data sets; default median)",
+    )
+
+
+def output_arguments(parser: argparse.ArgumentParser) -> Any:
+    """--out, --overwrite, --quiet (shared by every command that writes a folder); returns the group."""
+    output = parser.add_argument_group("output")
+    output.add_argument(
+        "--out",
+        metavar="DIR",
+        type=Path,
+        help="output folder (default: a new folder bayes_rbfn_<data>_<date-time> here)",
+    )
+    output.add_argument("--overwrite", action="store_true", help="replace an existing non-empty --out folder")
+    output.add_argument(
+        "--quiet", action="store_true", help="no progress or notes; only the final report (and errors)"
+    )
+    return output
+
+
+def load_data(args: argparse.Namespace, default_dataset: str = DEFAULT_DATASET) -> tuple[Dataset, str]:
+    """The data set to fit and a phrase saying where it came from."""
+    group_col = getattr(args, "group", None)
+    max_groups = getattr(args, "max_groups", None)
+    if args.data is not None and args.dataset is not None:
+        raise UserError("give either a CSV file or --dataset, not both")
+    if args.data is not None:
+        if not args.x or args.y is None:
+            missing = " and ".join(
+                opt for opt, val in (("--x COL [COL ...]", args.x), ("--y COL", args.y)) if not val
+            )
+            raise UserError(f"{args.data}: a CSV file needs {missing} to name its input and target columns")
+        data = read_xy_csv(
+            args.data, args.x, args.y, group_col=group_col, strict=args.strict, min_rows=MIN_ROWS
+        )
+        return keep_groups(data, max_groups), f"file {args.data}"
+    given = [opt for opt, val in (("--x", args.x), ("--y", args.y), ("--group", group_col)) if val]
+    if given:
+        raise UserError(
+            f"{'/'.join(given)} name columns of a CSV file; give the file too "
+            f"({PROG} fit DATA.csv --x COL --y COL), or drop {'/'.join(given)} to fit a packaged data set"
+        )
+    name = args.dataset or default_dataset
+    options: dict[str, Any] = {}
+    if max_groups is not None and name == "fertility":
+        options["max_groups"] = max_groups
+    try:
+        data = load_dataset(name, **options)
+    except ValueError as err:
+        raise UserError(str(err)) from err
+    return keep_groups(data, max_groups), f"packaged data set {name!r}"
+
+
+def slug(name: str) -> str:
+    keep = "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
+    return keep or "data"
+
+
+def option_error(err: ValueError) -> UserError:
+    """A library error about an argument as the command line's error about its option:
+    ``"num_inducing 80 is more than ..."`` → ``"--num-inducing 80 is more than ..."``."""
+    message = str(err)
+    name, _, rest = message.partition(" ")
+    if name.rstrip(":").isidentifier():
+        message = "--" + name.replace("_", "-") + (" " + rest if rest else "")
+    return UserError(message)

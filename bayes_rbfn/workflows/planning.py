@@ -1,0 +1,247 @@
+"""Planning a fit or a comparison from a data set: the defaults each packaged data set takes, the choice
+of model, mean and inducing inputs, the prediction grid, group selection and the train/test split.
+
+Pure NumPy on a :class:`~bayes_rbfn.io.datasets.Dataset`; nothing is sampled, printed or written. Errors are
+``ValueError`` whose message starts with the argument at fault (``"num_inducing 80 is more than ..."``), for
+the command line to name its option (:func:`bayes_rbfn.cli.options.option_error`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bayes_rbfn.io.datasets import Dataset
+
+__all__ = [
+    "DATASET_KERNELS",
+    "DATASET_MEANS",
+    "DATASET_MODELS",
+    "DATASET_NUM_INDUCING",
+    "DATASET_TREE_DEPTHS",
+    "DEFAULT_DATASET",
+    "DEFAULT_EXTEND",
+    "DEFAULT_GROUPED_MODEL",
+    "DEFAULT_KERNEL",
+    "DEFAULT_MAX_TREE_DEPTH",
+    "DEFAULT_MODEL",
+    "GRID_POINTS",
+    "GROUP_GRID_POINTS",
+    "INTERVALS",
+    "MIN_ROWS",
+    "choose_inducing",
+    "default_mean",
+    "default_model",
+    "keep_groups",
+    "pool_groups",
+    "prediction_inputs",
+    "train_test_split",
+]
+
+#: Fewest rows a data set may have.
+MIN_ROWS = 3
+
+#: The main job's defaults (``bayes-rbfn fit`` with no arguments). Measured on a 2-core machine: see README.
+DEFAULT_DATASET = "co2"
+
+
+DEFAULT_MODEL = "sor"
+
+
+DEFAULT_GROUPED_MODEL = "grouped"
+
+
+DEFAULT_KERNEL = "se"
+
+
+#: Packaged data sets whose natural kernel family is not the default one.
+DATASET_KERNELS = {"co2": "co2"}
+
+
+#: Packaged data sets with their own default model and prior mean. co2: the main job forecasts, so it takes
+#: the model and mean that the backtests on the record itself calibrated (README, "The main job"): DTC keeps
+#: the prior variance past the data that SoR loses, and a sampled linear mean carries the rise forward.
+DATASET_MODELS = {"co2": "dtc"}
+
+
+DATASET_MEANS = {"co2": "linear"}
+
+
+DEFAULT_MAX_TREE_DEPTH = 10
+
+
+#: Packaged data sets with a smaller default NUTS tree depth. For co2 the first ~100 warm-up iterations,
+#: before the mass matrix adapts, ran to the full depth (1023 steps at depth 10) and took 3 of 5 minutes;
+#: once adapted a draw takes ~7 steps, well below 2^5 − 1 = 31, so the cap only shortens that start
+#: (measured: depth 5 → 3 min in all under load, depth 6 → 4.5 min, depth 7 → 6 min; same r_hat/ESS).
+DATASET_TREE_DEPTHS = {"co2": 5}
+
+
+#: Data sets with their own default M. coal: 111 years and a rate that varies over ~20 years; the weights
+#: are sampled (Poisson RBFN), and 20 centres 5.5 years apart fit as well as 64 at a fifth of the time.
+DATASET_NUM_INDUCING = {"coal": 20}
+
+
+DEFAULT_EXTEND = 0.1
+
+
+#: Prediction inputs on the grid of a one-input fit, and per group for grouped data.
+GRID_POINTS = 1000
+
+
+GROUP_GRID_POINTS = (25, 200)
+
+
+#: Central intervals of y* in the plots and predictions.csv.
+INTERVALS = (0.5, 0.95)
+
+
+def keep_groups(data: Dataset, max_groups: int | None) -> Dataset:
+    """At most ``max_groups`` groups, evenly spread over the group codes (sorted labels)."""
+    if max_groups is None or data.group is None or data.num_groups <= max_groups:
+        return data
+    picks = np.unique(np.round(np.linspace(0, data.num_groups - 1, max_groups)).astype(int))
+    keep = np.isin(data.group, picks)
+    recode = np.full(data.num_groups, -1)
+    recode[picks] = np.arange(picks.size)
+    assert data.group_names is not None
+    note = (
+        f"Kept {picks.size} of {data.num_groups} groups evenly spread over the sorted labels (--max-groups)."
+    )
+    return Dataset(
+        name=data.name,
+        X=data.X[keep],
+        y=data.y[keep],
+        x_names=data.x_names,
+        y_name=data.y_name,
+        description=data.description,
+        group=recode[data.group[keep]],
+        group_names=tuple(data.group_names[i] for i in picks),
+        dropped=data.dropped,
+        notes=(data.notes + " " + note).strip(),
+        likelihood=data.likelihood,
+    )
+
+
+def prediction_inputs(data: Dataset, extend: float) -> tuple[np.ndarray, np.ndarray | None]:
+    """X_pred (and its group codes): with one input a grid over the data reaching ``extend`` × range past
+    the end (per group for grouped data); with several inputs the training inputs themselves."""
+    X = data.X
+    if X.shape[1] > 1:
+        return X.copy(), None if data.group is None else data.group.copy()
+    if data.group is None:
+        lo, hi = float(X.min()), float(X.max())
+        return np.linspace(lo, hi + extend * (hi - lo), GRID_POINTS)[:, None], None
+    per_group = int(np.clip(5000 // data.num_groups, *GROUP_GRID_POINTS))
+    blocks, codes = [], []
+    for g in range(data.num_groups):
+        xg = X[data.group == g, 0]
+        lo, hi = float(xg.min()), float(xg.max())
+        blocks.append(np.linspace(lo, hi + extend * (hi - lo), per_group))
+        codes.append(np.full(per_group, g, dtype=np.int64))
+    return np.concatenate(blocks)[:, None], np.concatenate(codes)
+
+
+def pool_groups(data: Dataset) -> Dataset:
+    """The same data without their group codes (an ungrouped model fits all groups as one)."""
+    return Dataset(
+        name=data.name,
+        X=data.X,
+        y=data.y,
+        x_names=data.x_names,
+        y_name=data.y_name,
+        description=data.description,
+        X_test=data.X_test,
+        dropped=data.dropped,
+        notes=data.notes,
+        likelihood=data.likelihood,
+    )
+
+
+def default_model(dataset: str, *, marginalisable: bool, grouped: bool) -> str:
+    """The model a fit takes when none is named: the weight-space ``rbfn`` for a likelihood that cannot be
+    marginalised, the hierarchical one for grouped data, else the data set's own or :data:`DEFAULT_MODEL`.
+
+    Args:
+        dataset: the packaged data set's name ("" for a user's file).
+        marginalisable: the likelihood is Gaussian (the GP marginal exists).
+        grouped: the data carry group codes.
+    """
+    if not marginalisable:
+        return "rbfn"
+    if grouped:
+        return DEFAULT_GROUPED_MODEL
+    return DATASET_MODELS.get(dataset, DEFAULT_MODEL)
+
+
+def default_mean(dataset: str, *, takes_linear_mean: bool) -> str:
+    """The prior mean a fit takes when none is named: the data set's own (linear for co2) where the model
+    takes it, else ``"constant"``."""
+    mean = DATASET_MEANS.get(dataset, "constant")
+    return "constant" if mean == "linear" and not takes_linear_mean else mean
+
+
+def choose_inducing(X: np.ndarray, num_inducing: int | None, default: int, seed: int) -> np.ndarray:
+    """M inducing inputs chosen by k-means (:func:`bayes_rbfn.gp.inducing.select_inducing`).
+
+    Args:
+        X: (N, D) the inputs the model is fitted to.
+        num_inducing: M as asked for, or None for min(``default``, distinct inputs).
+        default: the default M (:data:`bayes_rbfn.defaults.DEFAULT_NUM_INDUCING`, or a data set's own).
+        seed: k-means' seed.
+
+    Returns:
+        (M, D) inducing inputs Z.
+
+    Raises:
+        ValueError: ``num_inducing`` exceeds the distinct input values, or k-means cannot place M centres.
+    """
+    # Imported here: the command line imports this module before it has set JAX's process options.
+    from bayes_rbfn.gp.inducing import select_inducing
+    from bayes_rbfn.gp.validation import count_distinct_rows
+
+    distinct = count_distinct_rows(X)
+    if num_inducing is not None and num_inducing > distinct:
+        raise ValueError(
+            f"num_inducing {num_inducing} is more than the {distinct} distinct input value(s) of the fitted "
+            f"rows; choose at most {distinct}"
+        )
+    M = num_inducing if num_inducing is not None else min(default, distinct)
+    try:
+        return np.asarray(select_inducing(X, M, seed=seed))
+    except ValueError as err:
+        raise ValueError(f"num_inducing: {err}") from err
+
+
+def train_test_split(
+    X: np.ndarray, test_fraction: float, *, split: str = "random", seed: int = 0
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Row indices (train, test) holding out ``test_fraction`` of the rows, sorted; test is None for 0.
+
+    Args:
+        X: (N, D) inputs. test_fraction: share of the rows held out, in [0, 1).
+        split: ``"random"`` (chosen with ``seed``) or ``"time"`` (the last rows by the single input: a
+            forecast).
+
+    Raises:
+        ValueError: a time split of several inputs, a fraction that holds out no row, or fewer than
+            :data:`MIN_ROWS` training rows.
+    """
+    N = X.shape[0]
+    if split == "time":
+        if X.shape[1] != 1:
+            raise ValueError(f"split time: orders the rows by one input column; the data have {X.shape[1]}")
+        order = np.argsort(X[:, 0], kind="stable")[::-1]  # order[:n_test] are the latest
+    elif split == "random":
+        order = np.random.default_rng(seed).permutation(N)
+    else:
+        raise ValueError(f"split: expected 'random' or 'time', got {split!r}")
+    n_test = round(test_fraction * N)
+    if test_fraction > 0 and n_test < 1:
+        raise ValueError(f"test_fraction {test_fraction:g} of {N} rows holds out no row; raise it or use 0")
+    if N - n_test < MIN_ROWS:
+        raise ValueError(
+            f"test_fraction {test_fraction:g} leaves {N - n_test} training rows of {N}; "
+            f"at least {MIN_ROWS} are needed"
+        )
+    test = np.sort(order[:n_test]) if n_test else None
+    return np.sort(order[n_test:]), test
