@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 __all__ = [
+    "ConvergenceWarning",
     "ExactGP",
+    "SamplerSettings",
     "SparseGP",
     "__version__",
     "build_model",
@@ -32,8 +34,10 @@ __all__ = [
 
 if TYPE_CHECKING:
     from bayes_rbfn.gp import conditional, kernels, linalg
+    from bayes_rbfn.infer.diagnostics import ConvergenceWarning
     from bayes_rbfn.infer.fitting import build_model, fit, prior_predictive
     from bayes_rbfn.infer.predictive import predict
+    from bayes_rbfn.infer.sampler import SamplerSettings
     from bayes_rbfn.models.distributions import ExactGP, SparseGP, loo_log_likelihood
     from bayes_rbfn.models.layers import predict_rbfn, rbfn
 
@@ -48,6 +52,8 @@ _LAZY = {
     "prior_predictive": ("bayes_rbfn.infer.fitting", "prior_predictive"),
     "loo_log_likelihood": ("bayes_rbfn.models.distributions", "loo_log_likelihood"),
     "predict": ("bayes_rbfn.infer.predictive", "predict"),
+    "SamplerSettings": ("bayes_rbfn.infer.sampler", "SamplerSettings"),
+    "ConvergenceWarning": ("bayes_rbfn.infer.diagnostics", "ConvergenceWarning"),
     "SparseGP": ("bayes_rbfn.models.distributions", "SparseGP"),
     "ExactGP": ("bayes_rbfn.models.distributions", "ExactGP"),
     "rbfn": ("bayes_rbfn.models.layers", "rbfn"),
@@ -57,9 +63,8 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
-        # Any other submodule (``bayes_rbfn.infer.diagnostics``, ``bayes_rbfn.gp.parallel``, …) on first use
-        # too, as
-        # an eagerly importing package would have it.
+        # Any other subpackage (``bayes_rbfn.gp``, ``bayes_rbfn.infer``, …) on first use too, as an eagerly
+        # importing package would have it.
         try:
             return importlib.import_module(f"{__name__}.{name}")
         except ModuleNotFoundError as err:

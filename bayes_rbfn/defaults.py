@@ -13,5 +13,5 @@ DEFAULT_NUM_INDUCING = 64
 
 #: How NUTS starts (``fit(init=...)``): "median" — NumPyro's ``init_to_median`` and an identity mass
 #: matrix; "map" — the posterior mode with a Laplace mass matrix
-#: (:func:`bayes_rbfn.infer.fitting.laplace_start`).
+#: (:func:`bayes_rbfn.infer.sampler.laplace_start`).
 INITS = ("median", "map")

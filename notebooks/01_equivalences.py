@@ -49,6 +49,7 @@ import bayes_rbfn as br
 from bayes_rbfn.gp import conditional, linalg
 from bayes_rbfn.gp.inducing import select_inducing
 from bayes_rbfn.gp.kernels import SquaredExponential
+from bayes_rbfn.infer.diagnostics import check_convergence
 from bayes_rbfn.io.datasets import load_dataset
 
 OUT = Path(os.environ.get("NOTEBOOK_OUTPUT_DIR") or tempfile.mkdtemp(prefix="bayes_rbfn_nb01_"))
@@ -165,7 +166,7 @@ idata = br.fit(
 f_draws = idata.predictions["f_mean"]
 means["fully Bayesian RBFN"] = f_draws.mean(("chain", "draw")).values
 mcse = az.mcse(f_draws.to_dataset(name="f"), method="mean")["f"].values
-print(br.diagnostics.check_convergence(idata).verdict())
+print(check_convergence(idata).verdict())
 
 # %% [markdown]
 # ## How far apart are they?

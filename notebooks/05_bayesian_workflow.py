@@ -38,6 +38,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import bayes_rbfn as br
+from bayes_rbfn.infer.diagnostics import check_convergence
 from bayes_rbfn.io.datasets import load_dataset
 
 OUT = Path(os.environ.get("NOTEBOOK_OUTPUT_DIR") or tempfile.mkdtemp(prefix="bayes_rbfn_nb05_"))
@@ -73,7 +74,7 @@ print(idata)
 summary = az.summary(idata, var_names=["lengthscale", "variance", "noise"])
 print(summary)
 print()
-print(br.diagnostics.check_convergence(idata).verdict())
+print(check_convergence(idata).verdict())
 
 # %%
 axes = az.plot_trace(idata, var_names=["lengthscale", "variance", "noise"], figsize=(10, 6))
@@ -184,7 +185,7 @@ idata_g = br.fit(
     progress=False,
     check_diagnostics=False,  # the verdict is printed below
 )
-print(br.diagnostics.check_convergence(idata_g).verdict())
+print(check_convergence(idata_g).verdict())
 summary_g = az.summary(idata_g, var_names=["~_z"], filter_vars="like")  # all but the raw z's
 columns = ["mean", "sd", "ess_bulk", "ess_tail", "r_hat"]
 print("\npopulation parameters:")

@@ -210,7 +210,7 @@ def quadrature_posterior_mean_beta(Phi, t, priors, centre, half_width=6.0, n=241
 def snelson_fit():
     X, y, Z, X_test = _snelson(m=12)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", br.diagnostics.ConvergenceWarning)
+        warnings.simplefilter("ignore", br.ConvergenceWarning)
         idata = br.fit(
             "blr", X, y, Z=Z, chains=4, warmup=500, draws=1000, seed=seed(7), X_pred=X_test, progress=False
         )

@@ -11,6 +11,7 @@ import bayes_rbfn as br
 from bayes_rbfn.gp.inducing import select_inducing
 from bayes_rbfn.gp.kernels import SquaredExponential
 from bayes_rbfn.infer import predictive
+from bayes_rbfn.infer.fitting import backtest_scores
 from bayes_rbfn.models import available_models
 
 # --------------------------------------------------------------------------------------------------
@@ -230,7 +231,7 @@ def test_backtest_scores_are_those_of_the_dense_sor_predictive():
         log_likelihood=False,
         posterior_predictive=0,
     )
-    scores = br.inference.backtest_scores(idata)
+    scores = backtest_scores(idata)
     X_fit, y_fit = idata.constant_data["X"].values, idata.observed_data["y"].values
     X_out, y_out = idata.constant_data["X_holdout"].values, idata.constant_data["y_holdout"].values
     assert X_fit.shape == (36, 1) and X_out.shape == (12, 1) and X_out.min() > X_fit.max()

@@ -3,7 +3,7 @@
 The reference writes the sor potential from scratch — −log N(y − c | 0, K_fu K_uu⁻¹ K_uf + σ²I) by a dense
 SciPy log-density, minus the log-normal log priors and the log-Jacobian of θ = exp(u) — finds its minimum
 with SciPy's BFGS, and its Hessian by second differences of the potential itself. The library's
-:func:`bayes_rbfn.infer.fitting.laplace_start` goes through NumPyro's unconstrained space, JAX's BFGS and
+:func:`bayes_rbfn.infer.sampler.laplace_start` goes through NumPyro's unconstrained space, JAX's BFGS and
 central differences of the streamed SoR gradient: nothing is shared but the data.
 """
 
@@ -19,8 +19,9 @@ import scipy.optimize
 import scipy.stats
 
 import bayes_rbfn as br
+from bayes_rbfn.defaults import INITS
 from bayes_rbfn.gp.linalg import default_jitter
-from bayes_rbfn.infer.fitting import INITS, laplace_start
+from bayes_rbfn.infer.sampler import laplace_start
 from bayes_rbfn.models import ModelConfig, sor
 from bayes_rbfn.models.families import FAMILIES
 
@@ -111,7 +112,7 @@ def test_laplace_mass_matrix_is_the_inverse_reference_hessian(problem, library_s
     ids=["3-dense", "24-dense", "25-dense", "100-diagonal", "no-window"],
 )
 def test_unshrunk_window_estimates_only_where_full_rank(num_params, warmup, dense, full_rank):
-    from bayes_rbfn.infer.fitting import window_estimates_full_rank
+    from bayes_rbfn.infer.sampler import window_estimates_full_rank
 
     assert window_estimates_full_rank(num_params, warmup, dense) is full_rank
 
@@ -132,15 +133,15 @@ def test_cli_choices_agree_with_the_library():
 
 def test_map_start_falls_back_with_a_warning(problem, monkeypatch):
     """A failed mode search (here: forced) falls back to the median start and says so."""
-    from bayes_rbfn.infer import inference
+    from bayes_rbfn.infer import sampler
 
     def failing(*args, **kwargs):
         raise FloatingPointError("forced")
 
-    monkeypatch.setattr(inference, "laplace_start", failing)
+    monkeypatch.setattr(sampler, "laplace_start", failing)
     X, y = problem
     with pytest.warns(RuntimeWarning, match="init='map' fell back to the median start: forced"):
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", br.diagnostics.ConvergenceWarning)
+            warnings.simplefilter("ignore", br.ConvergenceWarning)
             idata = br.fit("sor", X, y, Z=Z, init="map", chains=1, warmup=20, draws=20, progress=False)
     assert idata.posterior["lengthscale"].shape == (1, 20)

@@ -56,7 +56,7 @@ DRAW_ATOL = 1e-9
 
 def _fit(*args, **kwargs):
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", br.diagnostics.ConvergenceWarning)
+        warnings.simplefilter("ignore", br.ConvergenceWarning)
         return br.fit(*args, progress=False, **kwargs)
 
 

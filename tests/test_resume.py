@@ -1,8 +1,8 @@
 """Interrupted runs lose nothing (issue 8): chunked sampling with checkpoints, `bayes-rbfn fit --resume`.
 
 What is proved:
-* the chunked sampler (bayes_rbfn.infer.checkpoint) returns NumPyro's own MCMC draws bit for bit, whatever the
-  chunk size — so checkpointing changes nothing about the result;
+* the one NUTS loop (bayes_rbfn.infer.sampler) returns NumPyro's own MCMC.run draws bit for bit, with or
+  without a checkpoint and whatever the chunk size — so checkpointing changes nothing about the result;
 * a `bayes-rbfn fit` process killed (SIGKILL) after its first saved chunk and resumed with `--resume`
   ends with the same inference.nc posterior, draw for draw, as a run that was never interrupted; so does
   an in-process Ctrl-C;
@@ -22,10 +22,11 @@ import time
 from pathlib import Path
 
 import arviz as az
+import jax
 import numpy as np
 import pytest
 
-from bayes_rbfn import cli, fit
+from bayes_rbfn import build_model, cli, fit
 from bayes_rbfn.infer import checkpoint
 
 pytestmark = pytest.mark.filterwarnings("ignore:Estimated shape parameter of Pareto")
@@ -131,33 +132,76 @@ def uninterrupted_here(uninterrupted, tmp_path_factory):
 # The chunked sampler is NumPyro's sampler
 
 
-def test_chunked_sampling_equals_numpyro_mcmc_draw_for_draw(tmp_path):
-    """Chunks of 7 and of the whole run give NumPyro's MCMC.run draws; a finished checkpoint returns them
-    again; the checkpoint of another run (other data) is refused and left as it was."""
+def numpyro_mcmc_reference(X, y, chains: int, chain_method: str, **model_options) -> tuple[dict, dict]:
+    """NumPyro's own ``MCMC.run`` on the very model ``fit`` samples (``build_model``), with fit's default
+    NUTS settings: the independent reference of the one NUTS loop."""
+    from numpyro.infer import MCMC, NUTS, init_to_median
+
+    problem = build_model("sor", X, y, **model_options)
+    kernel = NUTS(
+        problem.model,
+        target_accept_prob=0.8,
+        dense_mass=False,
+        max_tree_depth=10,
+        init_strategy=init_to_median(num_samples=15),
+    )
+    mcmc = MCMC(
+        kernel,
+        num_warmup=30,
+        num_samples=30,
+        num_chains=chains,
+        chain_method=chain_method,
+        progress_bar=False,
+        jit_model_args=True,
+    )
+    mcmc.run(
+        jax.random.PRNGKey(0), *problem.args, extra_fields=("diverging", "num_steps", "potential_energy")
+    )
+    return mcmc.get_samples(group_by_chain=True), mcmc.get_extra_fields(group_by_chain=True)
+
+
+@pytest.mark.parametrize(
+    ("chains", "chain_method"),
+    [
+        pytest.param(2, "vectorized", id="two-vectorised-chains"),
+        pytest.param(1, "sequential", id="one-chain"),
+    ],
+)
+def test_the_nuts_loop_equals_numpyro_mcmc_draw_for_draw(tmp_path, chains, chain_method):
+    """fit's NUTS loop gives NumPyro's MCMC.run draws bit for bit — without a checkpoint, with chunks of 7
+    and of the whole run; a finished checkpoint returns them again; the checkpoint of another run (other
+    data) is refused and left as it was."""
     rng = np.random.default_rng(0)
     X = np.sort(rng.uniform(0, 5, 30))
     y = np.sin(X) + 0.1 * rng.normal(size=30)
+    samples, extra = numpyro_mcmc_reference(X, y, chains, chain_method, num_inducing=6)
     options = dict(
         num_inducing=6,
-        chains=2,
+        chains=chains,
         draws=30,
         warmup=30,
         progress=False,
         check_diagnostics=False,
-        chain_method="vectorized",  # NumPyro's vmap-ed chains and ours: the same program, same rounding
+        chain_method=chain_method,  # NumPyro's vmap-ed chains and ours: the same program, same rounding
     )
-    reference = fit("sor", X, y, **options)
+    runs = {"no-checkpoint": fit("sor", X, y, **options)}
     for chunk_size in (7, 60):
-        chunked = fit("sor", X, y, checkpoint=tmp_path / f"c{chunk_size}", chunk_size=chunk_size, **options)
-        for name in reference.posterior.data_vars:
-            np.testing.assert_array_equal(chunked.posterior[name].values, reference.posterior[name].values)
-        for name in ("diverging", "n_steps", "lp", "step_size"):
+        runs[f"chunks-of-{chunk_size}"] = fit(
+            "sor", X, y, checkpoint=tmp_path / f"c{chunk_size}", chunk_size=chunk_size, **options
+        )
+    for run, idata in runs.items():
+        for name in samples:
             np.testing.assert_array_equal(
-                chunked.sample_stats[name].values, reference.sample_stats[name].values
+                idata.posterior[name].values, samples[name], err_msg=f"{run}: {name}"
             )
+        np.testing.assert_array_equal(idata.sample_stats["diverging"].values, extra["diverging"], err_msg=run)
+        np.testing.assert_array_equal(idata.sample_stats["n_steps"].values, extra["num_steps"], err_msg=run)
+        np.testing.assert_array_equal(
+            idata.sample_stats["lp"].values, -extra["potential_energy"], err_msg=run
+        )
     # a second call on a finished checkpoint of the same run samples nothing and returns the same draws
     again = fit("sor", X, y, checkpoint=tmp_path / "c7", chunk_size=7, **options)
-    np.testing.assert_array_equal(again.posterior["noise"].values, reference.posterior["noise"].values)
+    np.testing.assert_array_equal(again.posterior["noise"].values, samples["noise"])
     # the same folder for other data: refused, untouched
     before = snapshot(tmp_path / "c7")
     with pytest.raises(checkpoint.CheckpointError, match="different run"):

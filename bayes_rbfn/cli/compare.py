@@ -204,6 +204,7 @@ def plan_compare(args: argparse.Namespace) -> ComparePlan:
 )
 def _run_compare(args: argparse.Namespace, console: Console) -> int:
     from bayes_rbfn.gp.sparse import VarianceCollapseWarning
+    from bayes_rbfn.infer.sampler import SamplerSettings
     from bayes_rbfn.io.output import atomic_output_dir
     from bayes_rbfn.workflows.compare import compare_models
 
@@ -237,18 +238,20 @@ def _run_compare(args: argparse.Namespace, console: Console) -> int:
                 X_pred=plan.X_pred,
                 Z=plan.Z,
                 ic=args.ic,
-                seed=args.seed,
-                progress=not console.quiet,
                 on_fit=announce,
-                chains=args.chains,
-                draws=args.draws,
-                warmup=args.warmup,
                 kernel=plan.kernel,
-                target_accept=args.target_accept,
-                dense_mass=True if args.dense_mass is None else bool(args.dense_mass),
-                max_tree_depth=args.max_tree_depth or planning.DEFAULT_MAX_TREE_DEPTH,
-                init=args.init,
                 check_diagnostics=False,
+                sampler=SamplerSettings(
+                    chains=args.chains,
+                    draws=args.draws,
+                    warmup=args.warmup,
+                    seed=args.seed,
+                    target_accept=args.target_accept,
+                    dense_mass=True if args.dense_mass is None else bool(args.dense_mass),
+                    max_tree_depth=args.max_tree_depth or planning.DEFAULT_MAX_TREE_DEPTH,
+                    init=args.init,
+                    progress=not console.quiet,
+                ),
                 **held_out,
             )
         collapse = sorted({str(w.message) for w in caught if issubclass(w.category, VarianceCollapseWarning)})

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -58,6 +58,9 @@ from bayes_rbfn.workflows.planning import (
     DEFAULT_KERNEL,
     DEFAULT_MODEL,
 )
+
+if TYPE_CHECKING:
+    from bayes_rbfn.infer.sampler import SamplerSettings
 
 __all__ = ["FitPlan", "FitResults"]
 
@@ -178,15 +181,9 @@ class FitPlan:
     Z: np.ndarray | None
     X_pred: np.ndarray
     group_pred: np.ndarray | None
-    chains: int
-    draws: int
-    warmup: int
-    seed: int
-    target_accept: float
-    dense_mass: bool
-    max_tree_depth: int
+    #: NUTS settings, the checkpoint folder (``OUT.partial/sampler``) among them.
+    sampler: SamplerSettings
     out: Path
-    init: str = "median"
     notes: list[str] = field(default_factory=list)
     likelihood: str = "gaussian"
     mean: str | float = "constant"
@@ -199,6 +196,7 @@ class FitPlan:
 def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
     """Load and check everything, so that no user error can surface after sampling has started."""
     from bayes_rbfn.infer.fitting import holdout_split
+    from bayes_rbfn.infer.sampler import SamplerSettings
     from bayes_rbfn.io.output import default_output_dir, prepare_output_dir
     from bayes_rbfn.models import get_model
     from bayes_rbfn.models.likelihoods import get_likelihood
@@ -277,16 +275,21 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
         Z=Z,
         X_pred=X_pred,
         group_pred=group_pred,
-        chains=args.chains,
-        draws=args.draws,
-        warmup=args.warmup,
-        seed=args.seed,
-        target_accept=args.target_accept,
-        dense_mass=(not spec.grouped) if args.dense_mass is None else bool(args.dense_mass),
-        max_tree_depth=args.max_tree_depth
-        or planning.DATASET_TREE_DEPTHS.get(packaged, planning.DEFAULT_MAX_TREE_DEPTH),
+        sampler=SamplerSettings(
+            chains=args.chains,
+            draws=args.draws,
+            warmup=args.warmup,
+            seed=args.seed,
+            target_accept=args.target_accept,
+            dense_mass=(not spec.grouped) if args.dense_mass is None else bool(args.dense_mass),
+            max_tree_depth=args.max_tree_depth
+            or planning.DATASET_TREE_DEPTHS.get(packaged, planning.DEFAULT_MAX_TREE_DEPTH),
+            init=args.init,
+            progress=not args.quiet,
+            checkpoint=partial_dir(Path(out)) / "sampler",
+            chunk_size=args.checkpoint_every,
+        ),
         out=Path(out),
-        init=args.init,
         notes=notes,
         likelihood=likelihood.name,
         mean=mean,
@@ -325,7 +328,7 @@ def _run_fit(args: argparse.Namespace, console: Console) -> int:
             if resuming:
                 console.say(f"Resuming from {partial} ...")
             t_sample = time.perf_counter()
-            idata = _sample(plan, console, checkpoint=partial / "sampler", chunk_size=args.checkpoint_every)
+            idata = _sample(plan)
             sampling_seconds = time.perf_counter() - t_sample
             console.say("Summarising: diagnostics, PSIS-LOO, predictive intervals ...")
             results = _summarise(plan, idata)
@@ -352,23 +355,18 @@ def _announce(plan: FitPlan, console: Console) -> None:
     console.say(f"Model: {plan.model}, kernel {plan.kernel}{m}{lik}")
     import jax
 
+    s = plan.sampler
     devices = jax.local_device_count()
-    how = (
-        "in parallel"
-        if plan.chains > 1 and devices >= plan.chains
-        else "vectorised"
-        if plan.chains > 1
-        else ""
-    )
+    how = "in parallel" if s.chains > 1 and devices >= s.chains else "vectorised" if s.chains > 1 else ""
     console.say(
-        f"Sampling: {plan.chains} chain(s) {how} × ({plan.warmup} warm-up + {plan.draws} draws), NUTS "
-        f"target_accept {plan.target_accept:g}, max tree depth {plan.max_tree_depth}, "
-        f"{'dense' if plan.dense_mass else 'diagonal'} mass matrix. "
+        f"Sampling: {s.chains} chain(s) {how} × ({s.warmup} warm-up + {s.draws} draws), NUTS "
+        f"target_accept {s.target_accept:g}, max tree depth {s.max_tree_depth}, "
+        f"{'dense' if s.dense_mass else 'diagonal'} mass matrix. "
         "Compiling first (faster on later runs: the compilation cache) ..."
     )
 
 
-def _sample(plan: FitPlan, console: Console, checkpoint: Path | None = None, chunk_size: int = 50) -> Any:
+def _sample(plan: FitPlan) -> Any:
     from bayes_rbfn.infer.fitting import fit
 
     d = plan.data
@@ -377,27 +375,17 @@ def _sample(plan: FitPlan, console: Console, checkpoint: Path | None = None, chu
         d.X,
         d.y,
         Z=plan.Z,
-        chains=plan.chains,
-        draws=plan.draws,
-        warmup=plan.warmup,
-        seed=plan.seed,
-        progress=not console.quiet,
         X_pred=plan.X_pred,
         kernel=plan.kernel,
         group=d.group,
         group_pred=plan.group_pred,
-        target_accept=plan.target_accept,
-        dense_mass=plan.dense_mass,
-        max_tree_depth=plan.max_tree_depth,
-        init=plan.init,
-        check_diagnostics=False,
-        checkpoint=checkpoint,
-        chunk_size=chunk_size,
         likelihood=plan.likelihood,
         mean=plan.mean,
+        check_diagnostics=False,
         coords={"input_dim": list(d.x_names)},
         holdout_after=plan.holdout_after,
         holdout=plan.holdout,
+        sampler=plan.sampler,
     )
 
 
@@ -444,7 +432,7 @@ def _summarise(plan: FitPlan, idata: Any) -> FitResults:
 def _saturated(plan: FitPlan, idata: Any) -> int:
     """Transitions that hit the maximum tree depth."""
     n_steps = np.asarray(idata.sample_stats["n_steps"].values) if "n_steps" in idata.sample_stats else None
-    return 0 if n_steps is None else int(np.sum(n_steps >= 2**plan.max_tree_depth - 1))
+    return 0 if n_steps is None else int(np.sum(n_steps >= 2**plan.sampler.max_tree_depth - 1))
 
 
 def _collapsed_points(plan: FitPlan, idata: Any) -> int:
@@ -455,7 +443,7 @@ def _collapsed_points(plan: FitPlan, idata: Any) -> int:
 
     if not get_model(plan.model).variance_collapses or plan.Z is None or plan.Z.ndim != 2:
         return 0
-    step = max(1, plan.chains * plan.draws // 200)
+    step = max(1, plan.sampler.chains * plan.sampler.draws // 200)
     lost = variance_collapse(idata.isel(draw=slice(None, None, step)), warn=False)
     return int(np.sum(lost > COLLAPSE_THRESHOLD))
 
@@ -595,7 +583,8 @@ def _report(
     ]
     lines += [f"      note: {note}" for note in plan.notes]
     lines += [
-        f"NUTS: {plan.chains} chain(s) × {plan.draws} draws after {plan.warmup} warm-up, seed {plan.seed}; "
+        f"NUTS: {plan.sampler.chains} chain(s) × {plan.sampler.draws} draws after {plan.sampler.warmup} "
+        f"warm-up, seed {plan.sampler.seed}; "
         f"sampling and per-draw predictive took {duration(sampling_seconds)}, "
         f"total {duration(total_seconds)}.",
         "",
@@ -607,10 +596,10 @@ def _report(
         lines.append(f"  ... and {hidden} per-group rows: see summary.csv")
     lines += ["", "Diagnostics: " + results.convergence.verdict()]
     if results.saturated:
-        total = plan.chains * plan.draws
+        total, depth = plan.sampler.chains * plan.sampler.draws, plan.sampler.max_tree_depth
         lines.append(
             f"{results.saturated} of {total} draws stopped at the maximum tree depth "
-            f"{plan.max_tree_depth} (2^{plan.max_tree_depth} − 1 steps): the sampler explored less per draw "
+            f"{depth} (2^{depth} − 1 steps): the sampler explored less per draw "
             "than it wanted; raise --max-tree-depth if the ESS is low."
         )
     from bayes_rbfn.models import get_model

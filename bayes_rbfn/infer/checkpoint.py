@@ -1,11 +1,10 @@
-"""NUTS in chunks with a checkpoint after each one: long runs that survive Ctrl-C, a kill or a crash.
+"""The checkpoint folder of a NUTS run: long runs that survive Ctrl-C, a kill or a crash.
 
-:func:`sample_in_chunks` drives a NumPyro kernel itself — ``kernel.init`` once per chain, then
-``kernel.sample`` inside a compiled ``lax.scan`` of ``chunk_size`` iterations, chains vectorised (``vmap``)
-or one per device (``pmap``) — and after every chunk saves, into a checkpoint folder, the draws the
-chunk produced and the complete sampler state (position, gradient, step size, mass matrix, adaptation
-windows, PRNG key). Warm-up is chunked too: NumPyro's adaptation schedule lives in the state (its
-iteration counter), so a run cut anywhere continues exactly where it stopped.
+The one NUTS loop (:func:`bayes_rbfn.infer.sampler.run_chains`) runs in chunks of iterations and, given a
+folder, saves after every chunk through a :class:`Checkpoint` the draws the chunk produced and the complete
+sampler state (position, gradient, step size, mass matrix, adaptation windows, PRNG key). Warm-up is
+chunked too: NumPyro's adaptation schedule lives in the state (its iteration counter), so a run cut
+anywhere continues exactly where it stopped.
 
 Resuming is exact. Every iteration is the same compiled step applied to the state the previous one left,
 and the PRNG key travels inside that state, so the sequence of states does not depend on where the run
@@ -31,7 +30,7 @@ import hashlib
 import io
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,11 +44,11 @@ from bayes_rbfn.io.output import atomic_write_bytes
 __all__ = [
     "CHECKPOINT_FILE",
     "DEFAULT_CHUNK_SIZE",
+    "Checkpoint",
     "CheckpointError",
     "CheckpointInfo",
     "fingerprint",
     "read_checkpoint",
-    "sample_in_chunks",
     "write_manifest",
 ]
 
@@ -58,9 +57,6 @@ FORMAT = "bayes_rbfn.infer.checkpoint"
 VERSION = 1
 #: Iterations per chunk (warm-up and draws alike).
 DEFAULT_CHUNK_SIZE = 50
-
-#: Sample statistics collected per iteration (names as NumPyro's ``extra_fields``).
-STAT_FIELDS = ("diverging", "potential_energy", "accept_prob", "num_steps", "energy", "adapt_state.step_size")
 
 
 class CheckpointError(ValueError):
@@ -162,134 +158,67 @@ def write_manifest(folder: Path, run_fingerprint: dict, done: int, total: int, f
     atomic_write_bytes(folder / CHECKPOINT_FILE, json.dumps(record, indent=1).encode("utf-8"))
 
 
-def _stat(state: Any, field: str) -> jax.Array:
-    value = state
-    for part in field.split("."):
-        value = getattr(value, part)
-    return value
-
-
-def sample_in_chunks(
-    kernel: Any,
-    rng_key: jax.Array,
-    model_args: tuple,
-    *,
-    chains: int,
-    warmup: int,
-    draws: int,
-    folder: str | os.PathLike[str],
-    run_fingerprint: dict,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
-    parallel: bool = False,
-    progress: bool = False,
-    on_chunk: Callable[[int, int], None] | None = None,
-) -> tuple[dict, dict]:
-    """Run ``chains`` NUTS chains of ``warmup`` + ``draws`` iterations, saving a checkpoint after every chunk.
-
-    Continues from the checkpoint in ``folder`` when it holds one of the same run (same fingerprint),
-    else starts afresh (``folder`` must then be empty or absent).
+class Checkpoint:
+    """The checkpoint folder of one run: where it stands, and the state and draws saved after each chunk.
 
     Args:
-        kernel: a NumPyro MCMC kernel (NUTS) built on the model.
-        rng_key: PRNG key; chain c starts from ``jax.random.split(rng_key, chains)[c]``.
-        model_args: positional arguments of the model (arrays: data, prior parameters).
-        chains, warmup, draws: as for NumPyro's MCMC.
-        folder: the checkpoint folder (created when missing).
-        run_fingerprint: :func:`fingerprint` of the run, recorded and checked on resume.
-        chunk_size: iterations per chunk, i.e. between checkpoints.
-        parallel: one chain per device (``pmap``; needs ``jax.local_device_count() >= chains``) instead
-            of vectorised chains (``vmap``).
-        progress: a progress bar on stderr.
-        on_chunk: called as ``on_chunk(iterations_done, total)`` after each saved chunk.
-
-    Returns:
-        ``(samples, stats)``: constrained draws ``{site: (chains, draws, ...)}`` (as NumPyro's
-        ``get_samples(group_by_chain=True)``) and ``{field: (chains, draws)}`` for :data:`STAT_FIELDS`.
-
-    Raises:
-        CheckpointError: ``folder`` holds a checkpoint of a different run, a corrupt one, or other files.
+        folder: the folder (created when missing; must be empty, absent, or hold a checkpoint of this run).
+        arrays: the run's array inputs (data and prior parameters), hashed into its fingerprint.
+        settings: the run's JSON-able settings (sampler, model), part of its fingerprint.
+        total: iterations of the whole run (warm-up and draws).
     """
-    folder = Path(folder)
-    total = warmup + draws
-    keys = jax.random.split(rng_key, chains)
 
-    def init(key: jax.Array, args: tuple) -> Any:
-        return kernel.init(key, warmup, None, args, {})
+    def __init__(self, folder: str | os.PathLike[str], arrays: Any, settings: Mapping[str, Any], total: int):
+        self.folder = Path(folder)
+        self.fingerprint = fingerprint(arrays, settings)
+        self.total = int(total)
+        self.files: dict[str, str] = {}
 
-    init_states = jax.jit(jax.vmap(init, in_axes=(0, None)))(keys, model_args)
-    leaves, treedef = jax.tree_util.tree_flatten(init_states)
+    def resume(self, initial_state: Any) -> tuple[int, Any]:
+        """(iterations done, state to continue from): ``(0, initial_state)`` for a fresh folder.
 
-    files: dict[str, str] = {}
-    done = 0
-    state = init_states
-    if folder.is_dir() and any(folder.iterdir()):
-        info = read_checkpoint(folder)
-        if info.fingerprint != run_fingerprint:
-            differ = sorted(
-                k
-                for k in set(info.fingerprint) | set(run_fingerprint)
-                if info.fingerprint.get(k) != run_fingerprint.get(k)
-            )
-            raise CheckpointError(
-                f"{folder}: the checkpoint is of a different run ({', '.join(differ)} differ; "
-                "inputs_sha256 covers the data and priors, chains_in_parallel the JAX devices available)"
-            )
-        done, files = info.iterations_done, dict(info.files)
-        state = _load_state(folder / f"state-{done:07d}.npz", leaves, treedef)
-    folder.mkdir(parents=True, exist_ok=True)
-
-    def chunk(state: Any, args: tuple, length: int) -> tuple[Any, dict]:
-        def step(s: Any, _: None) -> tuple[Any, dict]:
-            s = kernel.sample(s, args, {})
-            return s, {"z": s.z, **{f: _stat(s, f) for f in STAT_FIELDS}}
-
-        return jax.lax.scan(step, state, None, length=length)
-
-    if parallel:
-        run_chunk = jax.pmap(chunk, in_axes=(0, None, None), static_broadcasted_argnums=2)
-    else:
-        run_chunk = jax.jit(jax.vmap(chunk, in_axes=(0, None, None)), static_argnums=2)
-
-    bar = _progress_bar(total, done, progress)
-    try:
-        while done < total:
-            length = min(chunk_size, total - done)
-            state, collected = run_chunk(state, model_args, length)
-            first = done
-            done += length
-            new_files: dict[str, str] = {}
-            keep = max(warmup - first, 0)  # warm-up iterations of this chunk are not kept
-            if keep < length:
-                arrays = _flatten_collected(
-                    jax.tree_util.tree_map(lambda a, k=keep: np.asarray(a)[:, k:], collected)
+        Raises:
+            CheckpointError: the folder holds a checkpoint of a different run, a corrupt one, other files,
+                or a state that does not fit ``initial_state``'s structure.
+        """
+        done, state = 0, initial_state
+        if self.folder.is_dir() and any(self.folder.iterdir()):
+            info = read_checkpoint(self.folder)
+            if info.fingerprint != self.fingerprint:
+                differ = sorted(
+                    k
+                    for k in set(info.fingerprint) | set(self.fingerprint)
+                    if info.fingerprint.get(k) != self.fingerprint.get(k)
                 )
-                name = f"chunk-{done:07d}.npz"
-                new_files[name] = _save_npz(folder / name, arrays)
-            state_name = f"state-{done:07d}.npz"
-            state_leaves = {
-                f"leaf{i:03d}": np.asarray(x) for i, x in enumerate(jax.tree_util.tree_leaves(state))
-            }
-            new_files[state_name] = _save_npz(folder / state_name, state_leaves)
-            stale = [n for n in files if n.startswith("state-")]
-            files = {n: h for n, h in files.items() if n not in stale} | new_files
-            write_manifest(folder, run_fingerprint, done, total, files)
-            for name in stale:
-                (folder / name).unlink(missing_ok=True)
-            if bar is not None:
-                bar.set_description("sample" if done > warmup else "warmup")
-                bar.update(length)
-            if on_chunk is not None:
-                on_chunk(done, total)
-    finally:
-        if bar is not None:
-            bar.close()
+                raise CheckpointError(
+                    f"{self.folder}: the checkpoint is of a different run ({', '.join(differ)} differ; "
+                    "inputs_sha256 covers the data and priors, chains_in_parallel the JAX devices available)"
+                )
+            done, self.files = info.iterations_done, dict(info.files)
+            leaves, treedef = jax.tree_util.tree_flatten(initial_state)
+            state = _load_state(self.folder / f"state-{done:07d}.npz", leaves, treedef)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        return done, state
 
-    draws_by_field = _read_draws(folder, files)
-    z = draws_by_field.pop("z")
-    postprocess = jax.jit(lambda z, args: jax.vmap(jax.vmap(kernel.postprocess_fn(args, {})))(z))
-    samples = {k: np.asarray(v) for k, v in postprocess(z, model_args).items()}
-    stats = {f: draws_by_field[f] for f in STAT_FIELDS}
-    return samples, stats
+    def save(self, done: int, state: Any, draws: Mapping[str, Any] | None) -> None:
+        """Record the state after ``done`` iterations and the kept ``draws`` of the chunk that ended there
+        (``{"z": {site: (chains, n, ...)}, stat: (chains, n)}``; None for a chunk of warm-up only)."""
+        new_files: dict[str, str] = {}
+        if draws is not None:
+            name = f"chunk-{done:07d}.npz"
+            new_files[name] = _save_npz(self.folder / name, _flatten_collected(draws))
+        state_name = f"state-{done:07d}.npz"
+        state_leaves = {f"leaf{i:03d}": np.asarray(x) for i, x in enumerate(jax.tree_util.tree_leaves(state))}
+        new_files[state_name] = _save_npz(self.folder / state_name, state_leaves)
+        stale = [n for n in self.files if n.startswith("state-")]
+        self.files = {n: h for n, h in self.files.items() if n not in stale} | new_files
+        write_manifest(self.folder, self.fingerprint, done, self.total, self.files)
+        for name in stale:
+            (self.folder / name).unlink(missing_ok=True)
+
+    def draws(self) -> dict:
+        """Every saved chunk concatenated along the draw axis: ``{"z": {site: …}, stat: …}``."""
+        return _read_draws(self.folder, self.files)
 
 
 def _load_state(path: Path, template: list, treedef: Any) -> Any:
@@ -304,10 +233,10 @@ def _load_state(path: Path, template: list, treedef: Any) -> Any:
     return jax.tree_util.tree_unflatten(treedef, [jnp.asarray(a) for a in loaded])
 
 
-def _flatten_collected(collected: dict) -> dict[str, np.ndarray]:
+def _flatten_collected(collected: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """{"z/<site>": …, "<stat>": …} from the per-iteration collection (chains, iterations, ...)."""
     out = {f"z/{k}": np.asarray(v) for k, v in collected["z"].items()}
-    out.update({f: np.asarray(collected[f]) for f in STAT_FIELDS})
+    out.update({f: np.asarray(v) for f, v in collected.items() if f != "z"})
     return out
 
 
@@ -326,11 +255,3 @@ def _read_draws(folder: Path, files: Mapping[str, str]) -> dict:
         else:
             out[key] = value
     return out
-
-
-def _progress_bar(total: int, done: int, enabled: bool) -> Any:
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=done, desc="warmup", unit="it", dynamic_ncols=True)

@@ -25,14 +25,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
-from numpyro.infer import MCMC, NUTS, init_to_median, init_to_value
 
 from bayes_rbfn.defaults import DEFAULT_NUM_INDUCING, INITS
 from bayes_rbfn.gp.inducing import select_inducing
 from bayes_rbfn.gp.validation import check_positive, check_positive_int, check_X, check_y, check_Z
 from bayes_rbfn.infer import diagnostics
-from bayes_rbfn.infer.checkpoint import DEFAULT_CHUNK_SIZE, fingerprint, sample_in_chunks
 from bayes_rbfn.infer.predictive import draw_work, model_moments
+from bayes_rbfn.infer.sampler import SamplerSettings, nuts_kernel, run_chains
 from bayes_rbfn.infer.schema import posterior_params, rebuild
 from bayes_rbfn.models import ModelConfig, ModelSpec, get_model, model_specs
 from bayes_rbfn.models.families import data_scales, get_family
@@ -48,95 +47,10 @@ __all__ = [
     "default_num_inducing",
     "fit",
     "holdout_split",
-    "laplace_start",
     "posterior_params",
     "prior_predictive",
     "rebuild",
-    "window_estimates_full_rank",
 ]
-
-_EXTRA_FIELDS = (
-    "diverging",
-    "potential_energy",
-    "accept_prob",
-    "num_steps",
-    "energy",
-    "adapt_state.step_size",
-)
-
-
-def laplace_start(model: Any, model_args: tuple, seed: int = 0, *, maxiter: int = 200) -> tuple[dict, Any]:
-    """The posterior mode in NumPyro's unconstrained space and the inverse Hessian there.
-
-    NUTS started from the prior median with an identity mass matrix spends its first adaptation window
-    on deep trees with tiny steps whenever the posterior is much narrower than the prior (a million data
-    points: posterior sds ~1e-3 on the log scale). Started at the mode with the Laplace approximation's
-    covariance H⁻¹ as its inverse mass matrix, its first step sizes are already of order one. The mode is
-    found by BFGS on the potential (−log joint density, data as arguments of one compiled program); H by
-    central differences of the gradient, column by column (the SoR family's hand-written reverse pass
-    has no forward mode), symmetrised and inverted through its Cholesky factor.
-
-    Args:
-        model: NumPyro model. model_args: its positional arguments. seed: PRNG seed of the median start
-            the optimiser begins from. maxiter: BFGS iterations at most.
-
-    Returns:
-        (values, inverse_mass_matrix): constrained values of the latent sites at the mode (for
-        ``init_to_value``) and the (P, P) inverse Hessian in NumPyro's order of the unconstrained sites.
-
-    Raises:
-        FloatingPointError: when the optimiser ends at a non-finite point or the Hessian there is not
-            positive definite (the caller falls back to the median start).
-    """
-    from jax.flatten_util import ravel_pytree
-    from numpyro.infer.util import initialize_model
-
-    from bayes_rbfn.gp import linalg
-
-    info = initialize_model(
-        jax.random.PRNGKey(seed),
-        model,
-        model_args=model_args,
-        init_strategy=init_to_median(num_samples=15),
-        dynamic_args=True,
-    )
-    u0, unravel = ravel_pytree(info.param_info.z)
-
-    def potential(u, args):
-        return info.potential_fn(*args)(unravel(u))
-
-    @jax.jit
-    def mode(u, args):
-        return jax.scipy.optimize.minimize(
-            potential, u, args=(args,), method="BFGS", options={"maxiter": maxiter}
-        ).x
-
-    gradient = jax.jit(jax.grad(potential))
-    u = mode(u0, model_args)
-    if not bool(jnp.all(jnp.isfinite(u))):
-        raise FloatingPointError("the posterior mode search ended at a non-finite point")
-    step = 1e-4 * jnp.maximum(1.0, jnp.abs(u))
-    eye = jnp.eye(u.shape[0], dtype=u.dtype)
-    columns = []
-    for i in range(u.shape[0]):
-        delta = step[i] * eye[i]
-        columns.append((gradient(u + delta, model_args) - gradient(u - delta, model_args)) / (2 * step[i]))
-    H = jnp.stack(columns, axis=1)
-    L = linalg.cholesky(0.5 * (H + H.T), 0.0)
-    if not bool(jnp.all(jnp.isfinite(L))):
-        raise FloatingPointError("the Hessian of the potential at the mode is not positive definite")
-    values = info.postprocess_fn(*model_args)(unravel(u))
-    return {k: values[k] for k in info.param_info.z}, linalg.cho_solve(L, eye)
-
-
-def window_estimates_full_rank(num_params: int, warmup: int, dense: bool) -> bool:
-    """Whether every mass-matrix estimate of NumPyro's warm-up schedule comes from enough draws to be
-    positive definite unshrunk: more draws than parameters for a dense matrix, two for a diagonal one."""
-    from numpyro.infer.hmc_util import build_adaptation_schedule
-
-    slow_windows = build_adaptation_schedule(warmup)[1:-1]  # between the start and end buffers
-    smallest = min((w.end - w.start + 1 for w in slow_windows), default=None)
-    return smallest is None or smallest > (num_params if dense else 1)
 
 
 def default_num_inducing(X: Any) -> int:
@@ -149,6 +63,20 @@ DEFAULT_PREDICTIVE_DRAWS = 1000
 
 #: The named prior means of ``fit(mean=...)`` (besides a number or a callable).
 MEANS = ("constant", "zero", "linear")
+
+
+def _sampler_settings(sampler: SamplerSettings | None, **given: Any) -> SamplerSettings:
+    """``sampler``, or the settings given by name (the rest at :class:`SamplerSettings`' defaults)."""
+    named = {k: v for k, v in given.items() if v is not None}
+    if sampler is None:
+        return SamplerSettings(**named)
+    if not isinstance(sampler, SamplerSettings):
+        raise ValueError(f"sampler: expected a SamplerSettings, got {type(sampler).__name__}")
+    if named:
+        raise ValueError(
+            f"sampler: give the NUTS settings either as sampler= or by name, not both ({', '.join(named)})"
+        )
+    return sampler
 
 
 def _non_negative_int(value: Any, name: str) -> int:
@@ -207,14 +135,6 @@ def _resolve_priors(defaults: dict, priors: Mapping[str, Any] | None, fixed: Map
         if name not in resolved:
             raise ValueError(f"fixed: unknown hyperparameter {name!r}; choose from {', '.join(resolved)}")
     return resolved
-
-
-def _chain_method(chains: int, requested: str | None) -> str:
-    if requested is not None:
-        return requested
-    if chains > 1 and jax.local_device_count() >= chains:
-        return "parallel"
-    return "sequential" if chains == 1 else "vectorized"
 
 
 def _map_draws(fn: Any, params: Mapping[str, Any], per_draw_elements: int, data: Any = None) -> np.ndarray:
@@ -288,6 +208,16 @@ class GenerativeModel:
     def prior_args(self) -> tuple[dict, dict]:
         """The arguments of :meth:`model` with y = None: ``Predictive`` then simulates y."""
         return {**self.data, "y": None}, _numeric_values(self.config.priors)
+
+    def record(self) -> dict:
+        """What defines the model besides :attr:`args` (arrays), JSON-able: recorded in a checkpoint."""
+        return {
+            "model": self.spec.name,
+            "family": self.config.family.name,
+            "fixed": {k: np.asarray(v).tolist() for k, v in sorted(self.config.fixed.items())},
+            "hyperprior": bool(self.config.hyperprior),
+            "jitter": self.config.jitter,
+        }
 
 
 def build_model(
@@ -417,11 +347,11 @@ def fit(
     *,
     Z: Any = None,
     num_inducing: int | None = None,
-    chains: int = 4,
-    draws: int = 1000,
-    warmup: int = 1000,
-    seed: int = 0,
-    progress: bool = True,
+    chains: int | None = None,
+    draws: int | None = None,
+    warmup: int | None = None,
+    seed: int | None = None,
+    progress: bool | None = None,
     X_pred: Any = None,
     kernel: Any = "se",
     priors: Mapping[str, Any] | None = None,
@@ -433,21 +363,22 @@ def fit(
     group: Any = None,
     group_pred: Any = None,
     inducing_method: str = "kmeans",
-    target_accept: float = 0.8,
-    dense_mass: bool = False,
-    max_tree_depth: int = 10,
+    target_accept: float | None = None,
+    dense_mass: bool | None = None,
+    max_tree_depth: int | None = None,
     chain_method: str | None = None,
     jitter: float | None = None,
     check_diagnostics: bool = True,
     shard: Any = False,
     log_likelihood: bool = True,
     checkpoint: str | os.PathLike[str] | None = None,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
-    init: str = "median",
+    chunk_size: int | None = None,
+    init: str | None = None,
     posterior_predictive: int | None = DEFAULT_PREDICTIVE_DRAWS,
     coords: Mapping[str, Any] | None = None,
     holdout_after: float | None = None,
     holdout: float | None = None,
+    sampler: SamplerSettings | None = None,
 ) -> az.InferenceData:
     """Fit a model of the collection with NUTS and return ArviZ InferenceData (DESIGN §6).
 
@@ -457,8 +388,14 @@ def fit(
         X: (N, D) or (N,) inputs. y: (N,) targets.
         Z: (M, D) inducing inputs; default chosen by ``inducing_method`` with M = ``num_inducing``
             (default min(64, distinct inputs)).
+        sampler: the NUTS settings as one :class:`~bayes_rbfn.infer.sampler.SamplerSettings`; or give
+            any of them by name (``chains``, ``draws``, ``warmup``, ``seed``, ``progress``,
+            ``target_accept``, ``dense_mass``, ``max_tree_depth``, ``chain_method``, ``init``,
+            ``checkpoint``, ``chunk_size``; defaults as :class:`SamplerSettings`: 4 chains × (1,000
+            warm-up + 1,000 draws), seed 0, target_accept 0.8, diagonal mass matrix, tree depth 10), not
+            both.
         chains, draws, warmup: NUTS settings (positive integers). seed: PRNG seed.
-        progress: show NumPyro's progress bar.
+        progress: show a progress bar.
         X_pred: (S, D) inputs for the stored per-draw predictive moments (default X).
         kernel: a family name (``"se"``, ``"matern32"``, ``"matern52"``, ``"exponential"``,
             ``"periodic"``, ``"co2"``) whose hyperparameters NUTS samples, or a
@@ -518,6 +455,21 @@ def fit(
         density of a factorised likelihood), posterior_predictive (y), predictions (f_mean, f_var of the
         latent f, on the link scale) and predictions_constant_data (X_pred).
     """
+    settings = _sampler_settings(
+        sampler,
+        chains=chains,
+        draws=draws,
+        warmup=warmup,
+        seed=seed,
+        progress=progress,
+        target_accept=target_accept,
+        dense_mass=dense_mass,
+        max_tree_depth=max_tree_depth,
+        chain_method=chain_method,
+        init=init,
+        checkpoint=checkpoint,
+        chunk_size=chunk_size,
+    )
     if posterior_predictive is not None:
         posterior_predictive = _non_negative_int(posterior_predictive, "posterior_predictive")
     X_holdout = y_holdout = None
@@ -529,11 +481,6 @@ def fit(
         if likelihood != "gaussian":
             raise ValueError("holdout: the backtest scores need the gaussian likelihood")
         X, y, X_holdout, y_holdout = holdout_split(X, y, holdout_after=holdout_after, holdout=holdout)
-    chains = check_positive_int(chains, "chains")
-    draws = check_positive_int(draws, "draws")
-    warmup = check_positive_int(warmup, "warmup")
-    if init not in INITS:
-        raise ValueError(f"init: expected one of {', '.join(INITS)}, got {init!r}")
     problem = build_model(
         model,
         X,
@@ -552,99 +499,25 @@ def fit(
         inducing_method=inducing_method,
         jitter=jitter,
         X_pred=X_pred,
-        seed=seed,
-        _mesh_for=(shard, chains, chain_method),
+        seed=settings.seed,
+        _mesh_for=(shard, settings.chains, settings.chain_method),
     )
     spec, config, data, extras = problem.spec, problem.config, problem.data, problem.extras
     X, y, Z, X_pred = problem.X, problem.y, problem.Z, problem.X_pred
-    family, fixed = config.family, config.fixed
     _check_coords(coords, {"obs": X.shape[0], "input_dim": X.shape[1], "point": X_pred.shape[0]})
-    if config.mesh is not None:
-        chain_method = chain_method or "sequential"
-    bound_model, model_args = problem.model, problem.args
-    init_strategy, inverse_mass_matrix = init_to_median(num_samples=15), None
-    if init == "map":
-        try:
-            with single_threaded_blas():
-                values, inverse_mass_matrix = laplace_start(bound_model, model_args, seed)
-            init_strategy = init_to_value(values=values)
-            if not dense_mass:
-                inverse_mass_matrix = jnp.diagonal(inverse_mass_matrix)
-        except FloatingPointError as err:
-            warnings.warn(f"init='map' fell back to the median start: {err}", RuntimeWarning, stacklevel=2)
-    kernel_nuts = NUTS(
-        bound_model,
-        target_accept_prob=target_accept,
-        dense_mass=dense_mass,
-        max_tree_depth=max_tree_depth,
-        init_strategy=init_strategy,
-        inverse_mass_matrix=inverse_mass_matrix,
-        # NumPyro (like Stan) shrinks each window's mass-matrix estimate towards 10⁻³·I, an absolute scale
-        # that dwarfs posterior variances of ~10⁻⁶ (a million points). With a Laplace start the estimates
-        # are taken as they are — where every window has more draws than there are parameters, so that
-        # an unshrunk dense estimate cannot be singular.
-        regularize_mass_matrix=inverse_mass_matrix is None
-        or not window_estimates_full_rank(inverse_mass_matrix.shape[0], warmup, dense_mass),
-    )
-    mcmc = MCMC(
-        kernel_nuts,
-        num_warmup=warmup,
-        num_samples=draws,
-        num_chains=chains,
-        chain_method=_chain_method(chains, chain_method),
-        progress_bar=progress,
-        # The data are arguments of the compiled sampler, not constants folded into it: compiling does
-        # not grow with N, and a refit on data of the same shapes reuses the compiled program (from
-        # JAX's persistent compilation cache, see bayes_rbfn.runtime.enable_compilation_cache).
-        jit_model_args=True,
-    )
+    if config.mesh is not None and settings.chain_method is None:
+        settings = dataclasses.replace(settings, chain_method="sequential")  # each chain uses every device
     with warnings.catch_warnings(), single_threaded_blas():
         # NumPyro warns when chains > devices; the vectorised fallback is deliberate.
         warnings.filterwarnings("ignore", message="There are not enough devices")
-        if checkpoint is None:
-            mcmc.run(jax.random.PRNGKey(seed), *model_args, extra_fields=_EXTRA_FIELDS)
-            samples = mcmc.get_samples(group_by_chain=True)
-            stats = mcmc.get_extra_fields(group_by_chain=True)
-        else:
-            settings = {
-                "model": spec.name,
-                "family": family.name,
-                "fixed": {k: np.asarray(v).tolist() for k, v in sorted(fixed.items())},
-                "hyperprior": bool(hyperprior),
-                "jitter": jitter,
-                "chains": chains,
-                "warmup": warmup,
-                "draws": draws,
-                "seed": seed,
-                "target_accept": target_accept,
-                "dense_mass": bool(dense_mass),
-                "max_tree_depth": max_tree_depth,
-                "chunk_size": check_positive_int(chunk_size, "chunk_size"),
-                "init": init,
-            }
-            # Parallel (pmap) and vectorised (vmap) chains compile to different programs whose rounding
-            # differs: a checkpoint continues only under the method that started it.
-            parallel = _chain_method(chains, chain_method) == "parallel" and chains > 1
-            settings["chains_in_parallel"] = parallel
-            samples, stats = sample_in_chunks(
-                kernel_nuts,
-                jax.random.PRNGKey(seed),
-                model_args,
-                chains=chains,
-                warmup=warmup,
-                draws=draws,
-                folder=checkpoint,
-                run_fingerprint=fingerprint(model_args, settings),
-                chunk_size=chunk_size,
-                parallel=parallel,
-                progress=progress,
-            )
+        kernel_nuts = nuts_kernel(problem.model, problem.args, settings)
+        samples, stats = run_chains(kernel_nuts, problem.args, settings, run_record=problem.record())
         idata = _to_inference_data(
             spec, config, data, extras, samples, stats, X, y, Z, X_pred, log_likelihood=log_likelihood
         )
         if posterior_predictive != 0:
             replicates = _posterior_predictive(
-                bound_model, model_args, spec, extras, samples, seed, posterior_predictive
+                problem.model, problem.args, spec, extras, samples, settings.seed, posterior_predictive
             )
             idata.add_groups(posterior_predictive={"y": replicates}, dims={"y": ["obs"]})
         if X_holdout is not None:

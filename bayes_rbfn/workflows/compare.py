@@ -70,6 +70,7 @@ from bayes_rbfn.infer.diagnostics import check_convergence
 from bayes_rbfn.infer.fitting import fit, rebuild
 from bayes_rbfn.infer.predictive import mixture_moments, noise_draws
 from bayes_rbfn.infer.predictive import predict as posterior_predict
+from bayes_rbfn.infer.sampler import SamplerSettings
 from bayes_rbfn.io.output import atomic_output_dir
 from bayes_rbfn.models import ModelSpec, get_model
 
@@ -400,6 +401,7 @@ def compare_models(
     progress: bool = False,
     collapse_threshold: float = COLLAPSE_THRESHOLD,
     on_fit: Callable[[str, int, int], None] | None = None,
+    sampler: SamplerSettings | None = None,
     **fit_options: Any,
 ) -> Comparison:
     """Fit each model to the same data with :func:`bayes_rbfn.fit` and compare them.
@@ -419,7 +421,10 @@ def compare_models(
             per-draw moments at X_test are computed once more from the draws.
         Z: (M, D) inducing inputs shared by the sparse models. num_inducing: M when Z is not given.
         ic: ``"loo"`` (PSIS-LOO, default) or ``"waic"`` for :func:`arviz.compare`.
-        seed: PRNG seed of every fit. progress: NumPyro's progress bars.
+        seed: PRNG seed of every fit. progress: progress bars.
+        sampler: the NUTS settings of every fit as one
+            :class:`~bayes_rbfn.infer.sampler.SamplerSettings` (its seed and progress replace ``seed`` and
+            ``progress``; then give no sampler setting in ``fit_options``).
         collapse_threshold: share of lost prior variance above which a prediction point counts as
             collapsed (:func:`variance_collapse`; a warning is issued for SoR and the RBFN).
         on_fit: called as ``on_fit(name, index, total)`` before each fit (e.g. for a CLI progress line).
@@ -465,8 +470,7 @@ def compare_models(
             Z=Z if spec.uses_inducing else None,
             num_inducing=num_inducing,
             X_pred=X_pred,
-            seed=seed,
-            progress=progress,
+            **({"seed": seed, "progress": progress} if sampler is None else {"sampler": sampler}),
             **fit_options,
         )
         if spec.uses_inducing and Z is None and "Z" in idatas[spec.name].constant_data:
@@ -484,7 +488,7 @@ def compare_models(
             points = X_pred if in_pred else np.concatenate([X_pred, X_test])
             lost[name] = variance_collapse(idata, points, threshold=collapse_threshold)[: X_pred.shape[0]]
 
-    table = _table(idatas, ic, seed, tests, lost, collapse_threshold)
+    table = _table(idatas, ic, seed if sampler is None else sampler.seed, tests, lost, collapse_threshold)
     return Comparison(
         idatas=idatas,
         table=table,

@@ -32,10 +32,10 @@ and SBC is not expected to be uniform for it (``bayes_rbfn.models.sparse_models`
 get independent N(0, (k² − 1)σ²) noise added, so y = f + kσε exactly for a Gaussian likelihood — while the
 fit keeps σ: the posterior of σ is pushed up against the truth and SBC must reject.
 
-All R fits run at once: NumPyro's functional HMC API (``numpyro.infer.hmc.hmc`` with the
-``potential_fn_gen`` of ``numpyro.infer.util.initialize_model`` taking y as its argument) is ``jax.vmap``-ed
-over replications inside one ``jit`` — no Python loop of MCMC runs. Under ``vmap`` every NUTS step costs
-as much as the longest trajectory among the replications.
+All R fits run at once: the package's one NUTS loop (:func:`bayes_rbfn.infer.sampler.chain_init` and
+:func:`~bayes_rbfn.infer.sampler.chain_advance`, with y as the model's argument) is ``jax.vmap``-ed over
+replications inside one ``jit`` — no Python loop of MCMC runs. Under ``vmap`` every NUTS step costs as
+much as the longest trajectory among the replications.
 
 References
 ----------
@@ -74,6 +74,7 @@ from numpyro import handlers
 from numpyro.infer import Predictive
 
 from bayes_rbfn.gp.validation import check_positive_int
+from bayes_rbfn.infer.sampler import chain_advance, chain_init
 
 __all__ = [
     "LIKELIHOODS",
@@ -314,48 +315,36 @@ def _run(
     target_accept: float,
     max_tree_depth: int,
 ) -> tuple[jax.Array, jax.Array]:
-    """All replications in one program: ranks (R, Q) and divergences (R,)."""
-    from numpyro.infer import init_to_median
-    from numpyro.infer.hmc import hmc
-    from numpyro.infer.util import initialize_model
+    """All replications in one program: ranks (R, Q) and divergences (R,).
+
+    Each replication is one chain of the package's NUTS loop (:func:`bayes_rbfn.infer.sampler.chain_init`
+    and :func:`~bayes_rbfn.infer.sampler.chain_advance`, the very steps ``fit`` runs) on its own simulated
+    data, and the replications are vmapped together.
+    """
+    from numpyro.infer import NUTS, init_to_median
 
     sites = dict(zip(names[::2], names[1::2], strict=True))  # name → shape, passed hashable
-    info = initialize_model(
-        jax.random.PRNGKey(0),
+    kernel = NUTS(
         model_fn,
-        model_args=(y_sim[0],),
-        dynamic_args=True,
+        target_accept_prob=target_accept,
+        max_tree_depth=max_tree_depth,
         init_strategy=init_to_median(num_samples=15),
     )
-    init_kernel, sample_kernel = hmc(potential_fn_gen=info.potential_fn, algo="NUTS")
-    postprocess = info.postprocess_fn
+    init, advance = chain_init(kernel, warmup), chain_advance(kernel)
 
     def one(key, true_values, y):
-        k_mcmc = jax.random.split(key)[1]
-        state = init_kernel(
-            info.param_info.z,
-            num_warmup=warmup,
-            target_accept_prob=target_accept,
-            max_tree_depth=max_tree_depth,
-            model_args=(y,),
-            rng_key=k_mcmc,
-        )
-
-        def step(state, _):
-            state = sample_kernel(state, model_args=(y,))
-            return state, (state.z, state.diverging)
-
-        state, _ = jax.lax.scan(step, state, None, length=warmup)
-        _, (zs, div) = jax.lax.scan(step, state, None, length=draws)
-        kept = jax.tree_util.tree_map(lambda a: a[thin - 1 :: thin], zs)
+        state = init(jax.random.split(key)[1], (y,))
+        state, _ = advance(state, (y,), warmup)
+        _, drawn = advance(state, (y,), draws)
+        kept = jax.tree_util.tree_map(lambda a: a[thin - 1 :: thin], drawn["z"])
 
         def quantities(values):
             return jnp.append(_flatten(values, sites), _log_lik(model_fn, observed, values, y))
 
-        constrained = jax.vmap(lambda z: postprocess(y)(z))(kept)
+        constrained = jax.vmap(kernel.postprocess_fn((y,), {}))(kept)
         posterior = jax.vmap(quantities)(constrained)
         true_q = quantities(true_values)
-        return jnp.sum(posterior < true_q[None, :], axis=0), jnp.sum(div)
+        return jnp.sum(posterior < true_q[None, :], axis=0), jnp.sum(drawn["diverging"])
 
     return jax.vmap(one)(keys, truth, y_sim)
 

@@ -1,0 +1,399 @@
+"""The one NUTS loop: :func:`bayes_rbfn.fit`, the command line and SBC all sample through it.
+
+NumPyro's NUTS kernel (``numpyro.infer.NUTS``) supplies the transition; this module drives it. A chain is
+``kernel.init`` once, then ``kernel.sample`` applied again and again inside a compiled ``lax.scan``
+(:func:`chain_init`, :func:`chain_advance`). :func:`run_chains` runs ``chains`` of them — vectorised
+(``vmap``), one per device (``pmap``) or one after the other — in chunks of iterations, and with a
+checkpoint folder saves the draws and the complete sampler state after each chunk
+(:mod:`bayes_rbfn.infer.checkpoint`), so that a run cut anywhere continues exactly where it stopped.
+SBC vmaps the same two functions over its simulated data sets (:mod:`bayes_rbfn.workflows.sbc`).
+
+The draws equal NumPyro's ``MCMC.run`` with the same kernel, key and chain method, bit for bit, with or
+without a checkpoint and whatever the chunk length: every iteration is the same compiled step applied to
+the state the previous one left, and the PRNG key travels inside that state (tests/infer/test_resume.py).
+
+Sampler settings travel as one :class:`SamplerSettings`; :func:`nuts_kernel` turns them into the kernel,
+with the Laplace start of :func:`laplace_start` when ``init="map"``.
+
+References
+----------
+[1] Hoffman, M. D. & Gelman, A. (2014). The No-U-Turn sampler. JMLR 15, 1593–1623.
+[2] Phan, D., Pradhan, N. & Jankowiak, M. (2019). Composable effects for flexible and accelerated
+    probabilistic programming in NumPyro. arXiv:1912.11554.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro.infer import NUTS, init_to_median, init_to_value
+
+from bayes_rbfn.defaults import INITS
+from bayes_rbfn.gp.validation import check_positive_int
+from bayes_rbfn.infer.checkpoint import DEFAULT_CHUNK_SIZE, Checkpoint
+from bayes_rbfn.runtime import single_threaded_blas
+
+__all__ = [
+    "CHAIN_METHODS",
+    "STAT_FIELDS",
+    "SamplerSettings",
+    "chain_advance",
+    "chain_init",
+    "laplace_start",
+    "nuts_kernel",
+    "resolve_chain_method",
+    "run_chains",
+    "window_estimates_full_rank",
+]
+
+#: How several chains run: one per device, vectorised on one, or one after the other.
+CHAIN_METHODS = ("parallel", "vectorized", "sequential")
+
+#: Sample statistics collected per iteration (names as NumPyro's ``extra_fields``).
+STAT_FIELDS = ("diverging", "potential_energy", "accept_prob", "num_steps", "energy", "adapt_state.step_size")
+
+#: Without a checkpoint, chunks shorter than this would cost more in dispatch than a progress bar is worth.
+_MIN_PROGRESS_CHUNK = 10
+
+
+@dataclass(frozen=True)
+class SamplerSettings:
+    """Everything NUTS is run with, checked once.
+
+    Attributes:
+        chains, draws, warmup: chains, kept draws and warm-up (adaptation) iterations per chain.
+        seed: PRNG seed; chain c starts from ``jax.random.split(PRNGKey(seed), chains)[c]``.
+        target_accept, dense_mass, max_tree_depth: NUTS's target acceptance probability, dense (or
+            diagonal) mass matrix, and at most 2^depth − 1 leapfrog steps per draw.
+        init: ``"median"`` (NumPyro's prior-median start, identity mass matrix) or ``"map"`` (the
+            posterior mode and a Laplace mass matrix, :func:`laplace_start`).
+        chain_method: one of :data:`CHAIN_METHODS`, or None: parallel when there is a device per chain,
+            else vectorised.
+        progress: a progress bar on stderr.
+        checkpoint: a folder to save the state and draws in after every ``chunk_size`` iterations (and to
+            resume from), or None.
+        chunk_size: iterations per chunk with a checkpoint (and per progress-bar update without).
+    """
+
+    chains: int = 4
+    draws: int = 1000
+    warmup: int = 1000
+    seed: int = 0
+    target_accept: float = 0.8
+    dense_mass: bool = False
+    max_tree_depth: int = 10
+    init: str = "median"
+    chain_method: str | None = None
+    progress: bool = True
+    checkpoint: str | os.PathLike[str] | None = None
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+
+    def __post_init__(self) -> None:
+        for name in ("chains", "draws", "warmup", "max_tree_depth", "chunk_size"):
+            check_positive_int(getattr(self, name), name)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int | np.integer) or self.seed < 0:
+            raise ValueError(f"seed: expected a whole number ≥ 0, got {self.seed!r}")
+        if not (isinstance(self.target_accept, int | float) and 0.0 < self.target_accept < 1.0):
+            raise ValueError(f"target_accept: expected a number in (0, 1), got {self.target_accept!r}")
+        if self.init not in INITS:
+            raise ValueError(f"init: expected one of {', '.join(INITS)}, got {self.init!r}")
+        if self.chain_method is not None and self.chain_method not in CHAIN_METHODS:
+            raise ValueError(
+                f"chain_method: expected one of {', '.join(CHAIN_METHODS)} or None, got {self.chain_method!r}"
+            )
+
+    def record(self) -> dict:
+        """The settings that decide the draws, JSON-able (for a checkpoint's fingerprint)."""
+        skip = ("progress", "checkpoint", "chain_method")
+        return {k: v for k, v in asdict(self).items() if k not in skip}
+
+
+def resolve_chain_method(chains: int, requested: str | None) -> str:
+    """The chain method a run uses: ``requested``, else one chain per device when there are enough."""
+    if requested is not None:
+        return requested
+    if chains > 1 and jax.local_device_count() >= chains:
+        return "parallel"
+    return "sequential" if chains == 1 else "vectorized"
+
+
+def laplace_start(model: Any, model_args: tuple, seed: int = 0, *, maxiter: int = 200) -> tuple[dict, Any]:
+    """The posterior mode in NumPyro's unconstrained space and the inverse Hessian there.
+
+    NUTS started from the prior median with an identity mass matrix spends its first adaptation window
+    on deep trees with tiny steps whenever the posterior is much narrower than the prior (a million data
+    points: posterior sds ~1e-3 on the log scale). Started at the mode with the Laplace approximation's
+    covariance H⁻¹ as its inverse mass matrix, its first step sizes are already of order one. The mode is
+    found by BFGS on the potential (−log joint density, data as arguments of one compiled program); H by
+    central differences of the gradient, column by column (the SoR family's hand-written reverse pass
+    has no forward mode), symmetrised and inverted through its Cholesky factor.
+
+    Args:
+        model: NumPyro model. model_args: its positional arguments. seed: PRNG seed of the median start
+            the optimiser begins from. maxiter: BFGS iterations at most.
+
+    Returns:
+        (values, inverse_mass_matrix): constrained values of the latent sites at the mode (for
+        ``init_to_value``) and the (P, P) inverse Hessian in NumPyro's order of the unconstrained sites.
+
+    Raises:
+        FloatingPointError: when the optimiser ends at a non-finite point or the Hessian there is not
+            positive definite (the caller falls back to the median start).
+    """
+    from jax.flatten_util import ravel_pytree
+    from numpyro.infer.util import initialize_model
+
+    from bayes_rbfn.gp import linalg
+
+    info = initialize_model(
+        jax.random.PRNGKey(seed),
+        model,
+        model_args=model_args,
+        init_strategy=init_to_median(num_samples=15),
+        dynamic_args=True,
+    )
+    u0, unravel = ravel_pytree(info.param_info.z)
+
+    def potential(u, args):
+        return info.potential_fn(*args)(unravel(u))
+
+    @jax.jit
+    def mode(u, args):
+        return jax.scipy.optimize.minimize(
+            potential, u, args=(args,), method="BFGS", options={"maxiter": maxiter}
+        ).x
+
+    gradient = jax.jit(jax.grad(potential))
+    u = mode(u0, model_args)
+    if not bool(jnp.all(jnp.isfinite(u))):
+        raise FloatingPointError("the posterior mode search ended at a non-finite point")
+    step = 1e-4 * jnp.maximum(1.0, jnp.abs(u))
+    eye = jnp.eye(u.shape[0], dtype=u.dtype)
+    columns = []
+    for i in range(u.shape[0]):
+        delta = step[i] * eye[i]
+        columns.append((gradient(u + delta, model_args) - gradient(u - delta, model_args)) / (2 * step[i]))
+    H = jnp.stack(columns, axis=1)
+    L = linalg.cholesky(0.5 * (H + H.T), 0.0)
+    if not bool(jnp.all(jnp.isfinite(L))):
+        raise FloatingPointError("the Hessian of the potential at the mode is not positive definite")
+    values = info.postprocess_fn(*model_args)(unravel(u))
+    return {k: values[k] for k in info.param_info.z}, linalg.cho_solve(L, eye)
+
+
+def window_estimates_full_rank(num_params: int, warmup: int, dense: bool) -> bool:
+    """Whether every mass-matrix estimate of NumPyro's warm-up schedule comes from enough draws to be
+    positive definite unshrunk: more draws than parameters for a dense matrix, two for a diagonal one."""
+    from numpyro.infer.hmc_util import build_adaptation_schedule
+
+    slow_windows = build_adaptation_schedule(warmup)[1:-1]  # between the start and end buffers
+    smallest = min((w.end - w.start + 1 for w in slow_windows), default=None)
+    return smallest is None or smallest > (num_params if dense else 1)
+
+
+def nuts_kernel(model: Callable, model_args: tuple, settings: SamplerSettings) -> NUTS:
+    """NumPyro's NUTS on ``model`` with the settings' step-size target, mass matrix and start.
+
+    With ``init="map"`` the chains start at the posterior mode with the Laplace inverse Hessian as their
+    initial mass matrix (:func:`laplace_start`; the median start, with a ``RuntimeWarning``, if the mode
+    search fails).
+    """
+    init_strategy, inverse_mass_matrix = init_to_median(num_samples=15), None
+    if settings.init == "map":
+        try:
+            with single_threaded_blas():
+                values, inverse_mass_matrix = laplace_start(model, model_args, settings.seed)
+            init_strategy = init_to_value(values=values)
+            if not settings.dense_mass:
+                inverse_mass_matrix = jnp.diagonal(inverse_mass_matrix)
+        except FloatingPointError as err:
+            warnings.warn(f"init='map' fell back to the median start: {err}", RuntimeWarning, stacklevel=3)
+    return NUTS(
+        model,
+        target_accept_prob=settings.target_accept,
+        dense_mass=settings.dense_mass,
+        max_tree_depth=settings.max_tree_depth,
+        init_strategy=init_strategy,
+        inverse_mass_matrix=inverse_mass_matrix,
+        # NumPyro (like Stan) shrinks each window's mass-matrix estimate towards 10⁻³·I, an absolute scale
+        # that dwarfs posterior variances of ~10⁻⁶ (a million points). With a Laplace start the estimates
+        # are taken as they are — where every window has more draws than there are parameters, so that
+        # an unshrunk dense estimate cannot be singular.
+        regularize_mass_matrix=inverse_mass_matrix is None
+        or not window_estimates_full_rank(inverse_mass_matrix.shape[0], settings.warmup, settings.dense_mass),
+    )
+
+
+def chain_init(kernel: Any, warmup: int) -> Callable[[jax.Array, tuple], Any]:
+    """``init(key, model_args)`` → the state of one chain before its first iteration (traceable: vmap it
+    over chains, or over SBC's data sets)."""
+
+    def init(key: jax.Array, model_args: tuple) -> Any:
+        return kernel.init(key, warmup, None, model_args, {})
+
+    return init
+
+
+def _stat(state: Any, field: str) -> jax.Array:
+    value = state
+    for part in field.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def chain_advance(kernel: Any) -> Callable[[Any, tuple, int], tuple[Any, dict]]:
+    """``advance(state, model_args, length)`` → (state after ``length`` NUTS iterations, what each
+    iteration left: ``{"z": {site: (length, ...)}, stat: (length,)}`` for the :data:`STAT_FIELDS`)."""
+
+    def advance(state: Any, model_args: tuple, length: int) -> tuple[Any, dict]:
+        def step(s: Any, _: None) -> tuple[Any, dict]:
+            s = kernel.sample(s, model_args, {})
+            return s, {"z": s.z, **{f: _stat(s, f) for f in STAT_FIELDS}}
+
+        return jax.lax.scan(step, state, None, length=length)
+
+    return advance
+
+
+def _chunk_length(settings: SamplerSettings) -> int:
+    total = settings.warmup + settings.draws
+    if settings.checkpoint is not None:
+        return settings.chunk_size
+    if not settings.progress:
+        return total  # one compiled scan
+    # One compiled program for every chunk: a length that divides the run, else the run in one piece.
+    length = math.gcd(total, settings.chunk_size)
+    return length if length >= _MIN_PROGRESS_CHUNK else total
+
+
+def run_chains(
+    kernel: Any,
+    model_args: tuple,
+    settings: SamplerSettings,
+    *,
+    run_record: dict | None = None,
+    on_chunk: Callable[[int, int], None] | None = None,
+) -> tuple[dict, dict]:
+    """Run the settings' chains of NUTS on ``kernel``; the post-warm-up draws and sample statistics.
+
+    Args:
+        kernel: a NumPyro NUTS kernel built on the model (:func:`nuts_kernel`).
+        model_args: positional arguments of the model (arrays: data, prior parameters).
+        settings: :class:`SamplerSettings`. With ``checkpoint`` the run continues from the checkpoint in
+            that folder when it holds one of the same run, else starts afresh there.
+        run_record: JSON-able description of the model and its data besides ``model_args`` (which are
+            hashed), recorded in a checkpoint and compared on resume.
+        on_chunk: called as ``on_chunk(iterations_done, total)`` after each chunk.
+
+    Returns:
+        ``(samples, stats)``: constrained draws ``{site: (chains, draws, ...)}`` (as NumPyro's
+        ``get_samples(group_by_chain=True)``) and ``{field: (chains, draws)}`` for :data:`STAT_FIELDS`.
+
+    Raises:
+        CheckpointError: the folder holds a checkpoint of a different run, a corrupt one, or other files.
+    """
+    chains, total = settings.chains, settings.warmup + settings.draws
+    method = resolve_chain_method(chains, settings.chain_method)
+    # As NumPyro's MCMC: one chain starts from the seed's key itself, several from its split.
+    key = jax.random.PRNGKey(settings.seed)
+    keys = key[None] if chains == 1 else jax.random.split(key, chains)
+    init, advance = chain_init(kernel, settings.warmup), chain_advance(kernel)
+    parallel = method == "parallel" and chains > 1
+    store = None
+    if settings.checkpoint is not None:
+        record = {**settings.record(), **(run_record or {}), "chains_in_parallel": parallel}
+        store = Checkpoint(settings.checkpoint, model_args, record, total)
+    if chains == 1 or (method == "sequential" and store is None):
+        # One chain after the other, each its own unbatched program, initialised eagerly — as NumPyro's
+        # MCMC runs a single chain or "sequential" chains (a compiled init rounds differently).
+        one_advance = jax.jit(advance, static_argnums=2)
+
+        def one_init(keys: jax.Array, args: tuple) -> Any:
+            return _expand(init(keys[0], args))
+
+        def one_chain(state: Any, args: tuple, length: int) -> tuple[Any, dict]:
+            return _expand(one_advance(_squeeze(state), args, length))
+
+        with single_threaded_blas():
+            runs = [_run(one_init, one_chain, k[None], model_args, settings, store, on_chunk) for k in keys]
+        collected = jax.tree_util.tree_map(lambda *parts: np.concatenate(parts, axis=0), *runs)
+        return _postprocess(kernel, model_args, collected)
+    # Several chains batched together: one per device (pmap) or vectorised (vmap; also "sequential" chains
+    # with a checkpoint, which keeps one state for all). The two compile to different programs whose
+    # rounding differs, so a checkpoint continues only under the method that started it.
+    batched_init = jax.jit(jax.vmap(init, in_axes=(0, None)))
+    if parallel:
+        batched_advance = jax.pmap(advance, in_axes=(0, None, None), static_broadcasted_argnums=2)
+    else:
+        batched_advance = jax.jit(jax.vmap(advance, in_axes=(0, None, None)), static_argnums=2)
+    with single_threaded_blas():
+        collected = _run(batched_init, batched_advance, keys, model_args, settings, store, on_chunk)
+    return _postprocess(kernel, model_args, collected)
+
+
+def _expand(tree: Any) -> Any:
+    return jax.tree_util.tree_map(lambda a: a[None], tree)
+
+
+def _squeeze(tree: Any) -> Any:
+    return jax.tree_util.tree_map(lambda a: a[0], tree)
+
+
+def _run(init, advance, keys, model_args, settings, store=None, on_chunk=None) -> dict:
+    """The chunk loop over batched chains (``keys`` (C, 2)).
+
+    Returns {"z": {site: (C, draws, ...)}, stat: (C, draws)}: the kept (post-warm-up) iterations.
+    """
+    warmup, total = settings.warmup, settings.warmup + settings.draws
+    state = init(keys, model_args)
+    done, kept = 0, []
+    if store is not None:
+        done, state = store.resume(state)
+    length = _chunk_length(settings)
+    bar = _progress_bar(total, done, settings.progress)
+    try:
+        while done < total:
+            step = min(length, total - done)
+            state, chunk = advance(state, model_args, step)
+            first, done = done, done + step
+            keep = max(warmup - first, 0)  # warm-up iterations of this chunk are not kept
+            draws = None
+            if keep < step:
+                draws = jax.tree_util.tree_map(lambda a, k=keep: np.asarray(a)[:, k:], chunk)
+            if store is not None:
+                store.save(done, state, draws)
+            elif draws is not None:
+                kept.append(draws)
+            if bar is not None:
+                bar.set_description("sample" if done > warmup else "warmup")
+                bar.update(step)
+            if on_chunk is not None:
+                on_chunk(done, total)
+    finally:
+        if bar is not None:
+            bar.close()
+    if store is not None:
+        return store.draws()
+    return jax.tree_util.tree_map(lambda *parts: np.concatenate(parts, axis=1), *kept)
+
+
+def _postprocess(kernel: Any, model_args: tuple, collected: dict) -> tuple[dict, dict]:
+    postprocess = jax.jit(lambda z, args: jax.vmap(jax.vmap(kernel.postprocess_fn(args, {})))(z))
+    samples = {k: np.asarray(v) for k, v in postprocess(collected["z"], model_args).items()}
+    return samples, {f: np.asarray(collected[f]) for f in STAT_FIELDS}
+
+
+def _progress_bar(total: int, done: int, enabled: bool) -> Any:
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=done, desc="warmup", unit="it", dynamic_ncols=True)
