@@ -15,9 +15,10 @@ analytically, so the log density is the evidence ``ln p(t | α, β) = ln N(t | 0
 * log-likelihood (``log_likelihood``): the leave-one-out conditionals ``ln p(t_i | t_−i, α, β)`` of
   ``t ~ N(0, ΦΦᵀ/α + I/β)`` (Bürkner et al. 2020). That covariance is ``Q + D`` with the low-rank part
   ``Q = Φ (αI)⁻¹ Φᵀ`` — the Nyström form ``K_fu K_uu⁻¹ K_uf`` with ``K_fu = Φ`` and ``K_uu = αI``
-  (``L_uu = √α I``) — and ``D = I/β``, so it goes through the project's one Woodbury path
-  (:func:`bayes_rbfn.gp.linalg.woodbury`, :func:`bayes_rbfn.gp.conditional.woodbury_loo`) in O(NM²), with no
-  N×N matrix.
+  (``L_uu = √α I``) — and ``D = I/β``, so it goes through the project's one streamed Woodbury pass
+  (:func:`bayes_rbfn.gp.parallel.woodbury_factor`, :func:`bayes_rbfn.gp.parallel.sor_loo`) in O(NM²), with
+  no N×N matrix. Φ is the Gram matrix of a unit-variance SE kernel of lengthscales s_d
+  (:func:`basis_kernel`), which is what the pass evaluates chunk by chunk.
 
 Posterior variables: ``alpha``, ``beta`` and the deterministic ``noise`` = 1/√β, the noise standard
 deviation of DESIGN §2, so the generic predictive (y* bands) and diagnostics find it under its usual name.
@@ -64,12 +65,13 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-from bayes_rbfn.gp import blr, conditional, linalg
+from bayes_rbfn.gp import blr, linalg, parallel
+from bayes_rbfn.gp.kernels import SquaredExponential
 from bayes_rbfn.models.common import ModelMarginal, observe
 from bayes_rbfn.models.families import DataScales, KernelFamily
 from bayes_rbfn.models.spec import ModelConfig, ModelSpec
 
-__all__ = ["FAMILY", "SPEC", "SPECS", "WIDTH_FACTOR", "basis_width", "design_matrix"]
+__all__ = ["FAMILY", "SPEC", "SPECS", "WIDTH_FACTOR", "basis_kernel", "basis_width", "design_matrix"]
 
 #: Width of every Gaussian basis function in units of the centre spacing (see the module docstring).
 WIDTH_FACTOR = 1.0
@@ -94,14 +96,21 @@ def basis_width(Z: jax.Array) -> jax.Array:
     return WIDTH_FACTOR * spacing
 
 
+def basis_kernel(Z: jax.Array) -> SquaredExponential:
+    """The kernel whose Gram matrix k(X, Z) is Φ: a unit-variance SE of lengthscales :func:`basis_width`.
+
+    φ_j(x) = exp(−½ Σ_d (x_d − z_jd)² / s_d²) is exactly k(x, z_j) for this kernel, so the streamed pass of
+    :mod:`bayes_rbfn.gp.parallel` evaluates Φ chunk by chunk as it does K_fu.
+    """
+    return SquaredExponential(lengthscale=basis_width(Z), variance=1.0)
+
+
 def design_matrix(X: jax.Array, Z: jax.Array) -> jax.Array:
     """Φ (N, M): Gaussian basis functions centred at Z with :func:`basis_width`, Bishop (3.4), no bias.
 
-    The per-dimension widths are applied by scaling the coordinates, so that
-    :func:`bayes_rbfn.gp.blr.gaussian_basis` sees a unit width.
+    Evaluated as the Gram matrix k(X, Z) of :func:`basis_kernel` (per-dimension widths as ARD lengthscales).
     """
-    width = basis_width(Z)
-    return blr.gaussian_basis(X / width, Z / width, 1.0)
+    return basis_kernel(Z)(X, Z)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -191,15 +200,17 @@ def predict(params: dict, data: dict, config: ModelConfig, X_test):
 def log_likelihood(params: dict, data: dict, config: ModelConfig) -> jax.Array:
     """LOO conditionals ``ln p(t_i | t_−i, α, β)`` of t ~ N(0, ΦΦᵀ/α + I/β), shape (N,), in O(NM²).
 
-    ``ΦΦᵀ/α = K_fu K_uu⁻¹ K_uf`` with ``K_fu = Φ``, ``L_uu = √α I``, so the covariance is factorised by
-    :func:`bayes_rbfn.gp.linalg.woodbury` with ``d = 1/β`` (see the module docstring).
+    ``ΦΦᵀ/α = K_fu K_uu⁻¹ K_uf`` with ``K_fu = Φ`` (:func:`basis_kernel`), ``L_uu = √α I``, so the
+    covariance is factorised by :func:`bayes_rbfn.gp.parallel.woodbury_factor` with ``d = 1/β`` and its
+    conditionals are :func:`bayes_rbfn.gp.parallel.sor_loo` (see the module docstring).
     """
-    Phi = design_matrix(data["X"], data["Z"])
+    X, Z = data["X"], data["Z"]
+    kernel = basis_kernel(Z)
     t = data["y"] - data["y_offset"]
     alpha, beta = params["alpha"], params["beta"]
-    Luu = jnp.sqrt(alpha) * jnp.eye(Phi.shape[1], dtype=Phi.dtype)
-    factor = linalg.woodbury(Luu, Phi.T, t, 1.0 / beta)
-    return conditional.woodbury_loo(factor, Phi.T, t, 1.0 / beta)
+    Luu = jnp.sqrt(alpha) * jnp.eye(Z.shape[0], dtype=X.dtype)
+    factor = parallel.woodbury_factor(kernel, Z, X, t, 1.0 / beta, Luu)
+    return parallel.sor_loo(factor, kernel, Z, X, t, 1.0 / beta)
 
 
 SPEC = ModelSpec(

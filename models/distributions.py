@@ -22,17 +22,18 @@ Gaussian noise; ``ExactGP(kernel, X, noise)`` the exact one::
 with Q_ff = K_fu K_uu⁻¹ K_uf and m the mean (a number, an (N,) array, or a callable of X).
 
 * ``log_prob`` costs O(NM²) and goes through the package's one streamed, whitened pass
-  (:func:`bayes_rbfn.gp.parallel.sor_factor`; FITC's diagonal from
-  :func:`bayes_rbfn.gp.parallel.nystrom_variance`):
-  no N×N matrix. It is -inf, never NaN, when a factorisation fails (so NUTS rejects the step).
+  (:func:`bayes_rbfn.gp.sparse.training_factor`, :func:`bayes_rbfn.gp.sparse.log_marginal`; FITC's diagonal
+  from :func:`bayes_rbfn.gp.parallel.nystrom_residual`): no N×N matrix. It is -inf, never NaN, when a
+  factorisation fails (so NUTS rejects the step).
 * **VFE is a bound, not a density**: exp(log_prob) integrates over y to exp(−tr(K_ff − Q_ff)/(2σ²)) ≤ 1
   ([2] eq. (9)); NUTS on it samples a pseudo-posterior (see :mod:`bayes_rbfn.models.sparse_models`).
   ``sample`` therefore draws from DTC's marginal, the density the bound is proportional to in y.
 * ``sample`` costs O(NM) per draw through the low-rank structure: f = K_fu L_uu⁻ᵀ v with v ~ N(0, I_M),
   plus FITC's independent diag(K_ff − Q_ff), plus σε.
-* :meth:`SparseGP.condition` returns the analytic predictive of the latent f* at new inputs from the same
-  functions as :mod:`bayes_rbfn.gp.conditional` and :mod:`bayes_rbfn.gp.sparse`; :meth:`SparseGP.loo_log_prob`
-  the N leave-one-out conditionals log p(y_i | y_−i) in O(NM²), for PSIS-LOO
+* :meth:`SparseGP.condition` returns the analytic predictive of the latent f* at new inputs
+  (:func:`bayes_rbfn.gp.conditional.sor_predict`, also behind :func:`bayes_rbfn.gp.conditional.sor` and
+  :func:`bayes_rbfn.gp.sparse.dtc`/``fitc``/``vfe``); :meth:`SparseGP.loo_log_prob` the N leave-one-out
+  conditionals log p(y_i | y_−i) in O(NM²) (:func:`bayes_rbfn.gp.parallel.sor_loo`), for PSIS-LOO
   (:func:`bayes_rbfn.models.distributions.loo_log_likelihood` puts them into an InferenceData).
 
 References
@@ -63,7 +64,7 @@ from bayes_rbfn.models.means import mean_vector
 __all__ = ["APPROXIMATIONS", "ExactGP", "SparseGP", "loo_log_likelihood"]
 
 #: The sparse approximations :class:`SparseGP` takes.
-APPROXIMATIONS = ("sor", "dtc", "fitc", "vfe")
+APPROXIMATIONS = sparse.APPROXIMATIONS
 
 
 def _predictive(mean: jax.Array, moments: conditional.Gaussian, full_cov: bool) -> dist.Distribution:
@@ -162,23 +163,23 @@ class SparseGP(_GaussianProcessMarginal):
 
     # -- the O(NM²) factorisation ------------------------------------------------------------------
 
-    def _Luu(self) -> jax.Array:
-        return linalg.cholesky(self.kernel(self.Z, self.Z), self.jitter)
-
-    def _diagonal(self, Luu: jax.Array) -> jax.Array:
-        """D of C = Q_ff + D: σ² (sor, dtc, vfe) or FITC's σ² + diag(K_ff − Q_ff), clamped at 0, (N,)."""
-        if self.approx != "fitc":
-            return self.noise**2
-        q = parallel.nystrom_variance(self.kernel, self.Z, Luu, self.X)
-        return self.noise**2 + jnp.maximum(self.kernel.diag(self.X) - q, 0.0)
+    def _settings(self) -> dict[str, Any]:
+        """The streamed pass's settings (:func:`bayes_rbfn.gp.parallel.woodbury_stats`)."""
+        return {"chunk_size": self.chunk_size, "mesh": self.mesh}
 
     def _factor(self, r: jax.Array) -> tuple[linalg.Woodbury, Any]:
-        Luu = self._Luu()
-        d = self._diagonal(Luu)
-        factor = parallel.woodbury_factor(
-            self.kernel, self.Z, self.X, r, d, Luu, fast=self.fast, chunk_size=self.chunk_size, mesh=self.mesh
+        """Woodbury factor of C = Q_ff + diag(d) for the centred r, and d (:func:`sparse.training_factor`)."""
+        return sparse.training_factor(
+            self.approx,
+            self.kernel,
+            self.X,
+            r,
+            self.Z,
+            self.noise,
+            self.jitter,
+            fast=self.fast,
+            **self._settings(),
         )
-        return factor, d
 
     def log_prob(self, value: jax.Array) -> jax.Array:
         """log N(y | m, Q_ff + D) (VFE: − tr(K_ff − Q_ff)/(2σ²)), O(NM²); -inf if a factorisation fails."""
@@ -190,7 +191,7 @@ class SparseGP(_GaussianProcessMarginal):
 
         For ``approx="vfe"`` these are draws from DTC's marginal (the module docstring says why).
         """
-        Luu = self._Luu()
+        Luu = linalg.cholesky(self.kernel(self.Z, self.Z), self.jitter)
         # Rows of K_fu L_uu⁻ᵀ = (L_uu⁻¹ K_uf)ᵀ: Q_ff = (that)(that)ᵀ.
         factor_f = linalg.solve_lower(Luu, self.kernel(self.Z, self.X)).T
         k_low, k_fitc, k_noise = jax.random.split(key, 3)
@@ -198,17 +199,36 @@ class SparseGP(_GaussianProcessMarginal):
         v = jax.random.normal(k_low, (*sample_shape, M), dtype=self.X.dtype)
         y = self.loc + v @ factor_f.T
         if self.approx == "fitc":
-            residual = jnp.maximum(self.kernel.diag(self.X) - jnp.sum(factor_f**2, axis=1), 0.0)
+            residual = parallel.nystrom_residual(self.kernel, self.Z, Luu, self.X, **self._settings())
             y = y + jnp.sqrt(residual) * jax.random.normal(k_fitc, (*sample_shape, N), dtype=self.X.dtype)
         return y + self.noise * jax.random.normal(k_noise, (*sample_shape, N), dtype=self.X.dtype)
+
+    def moments(self, y: Any, X_test: Any, *, full_cov: bool = False) -> conditional.Gaussian:
+        """Moments of the latent f* − m(X_test) at X_test given y (a
+        :class:`~bayes_rbfn.gp.conditional.Gaussian`: ``mean`` (S,) without the prior mean, ``var`` (S,),
+        ``cov`` (S, S) when ``full_cov``).
+
+        :func:`bayes_rbfn.gp.conditional.sor_predict`. SoR: f* = K_*u α with α | y Gaussian; DTC, FITC
+        and VFE add the prior variance K_** − Q_** that the Nyström prior drops ([1] eqs. (21), (25)).
+        """
+        X_test = check_X(X_test, "X_test", dim=self.X.shape[1]).astype(self.X.dtype)
+        factor, _ = self._factor(jnp.asarray(y, self.X.dtype) - self.loc)
+        return conditional.sor_predict(
+            factor,
+            self.kernel,
+            self.Z,
+            X_test,
+            full_cov,
+            exact_test_prior=self.approx != "sor",
+            **self._settings(),
+        )
 
     def condition(
         self, y: Any, X_test: Any, *, full_cov: bool = False, mean_test: Any = None
     ) -> dist.Distribution:
         """The analytic predictive of the latent f* at X_test given y, as a NumPyro distribution.
 
-        SoR: f* = K_*u α with α | y Gaussian (:func:`bayes_rbfn.gp.conditional.sor_predict`); DTC, FITC and
-        VFE: :func:`bayes_rbfn.gp.sparse.dtc_predict`/``fitc_predict``/``vfe_predict`` ([1] eqs. (21), (25)).
+        The moments of :meth:`moments` plus the prior mean at X_test.
 
         Args:
             y: (N,) observations. X_test: (S, D) or (S,) inputs.
@@ -217,14 +237,7 @@ class SparseGP(_GaussianProcessMarginal):
             mean_test: the prior mean at X_test, needed when ``mean`` was an array at X.
         """
         X_test = check_X(X_test, "X_test", dim=self.X.shape[1]).astype(self.X.dtype)
-        factor, _ = self._factor(jnp.asarray(y, self.X.dtype) - self.loc)
-        predict = {
-            "sor": conditional.sor_predict,
-            "dtc": sparse.dtc_predict,
-            "fitc": sparse.fitc_predict,
-            "vfe": sparse.vfe_predict,
-        }[self.approx]
-        moments = predict(factor, self.kernel, self.Z, X_test, full_cov=full_cov)
+        moments = self.moments(y, X_test, full_cov=full_cov)
         return _predictive(self._mean_for_condition(X_test, mean_test), moments, full_cov)
 
     def loo_log_prob(self, y: Any) -> jax.Array:
@@ -234,19 +247,13 @@ class SparseGP(_GaussianProcessMarginal):
         """
         r = jnp.asarray(y, self.X.dtype) - self.loc
         factor, d = self._factor(r)
-        return parallel.sor_loo(factor, self.kernel, self.Z, self.X, r, d)
+        return parallel.sor_loo(factor, self.kernel, self.Z, self.X, r, d, **self._settings())
 
 
 @jax.jit
 def _sparse_log_prob(d: SparseGP, value: jax.Array) -> jax.Array:
     factor, _ = d._factor(value - d.loc)
-    logp = factor.log_marginal_likelihood()
-    if d.approx == "vfe":
-        # tr(Q_ff)/σ² = tr(AAᵀ) = ‖L_B‖²_F − M, as B = I + AAᵀ = L_B L_Bᵀ: no second pass over the data.
-        trace_Q = d.noise**2 * (jnp.sum(factor.LB**2) - factor.LB.shape[0])
-        trace = jnp.maximum(jnp.sum(d.kernel.diag(d.X)) - trace_Q, 0.0)
-        logp = logp - 0.5 * trace / d.noise**2
-    return linalg.finite_or_neg_inf(logp)
+    return linalg.finite_or_neg_inf(sparse.log_marginal(d.approx, factor, d.kernel, d.X, d.noise))
 
 
 class ExactGP(_GaussianProcessMarginal):

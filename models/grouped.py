@@ -10,9 +10,10 @@ version of the family's default (or the user's log-normal) prior. Within a group
 y_g ~ N(c_g, Q_ff^(g) + σ_g² I) (SoR), with shared inducing inputs Z (M, D) or per-group Z (G, M, D).
 
 All groups are evaluated as one batched computation: the data are packed into a padded (G, N_max) layout
-and the SoR factorisation is ``vmap``-ed over groups. Padding is masked exactly: a padded point has
-K_uf column 0, y 0 and noise variance 1, so it adds nothing to any of the Woodbury sums, and the
-2π-term counts only the real points. Groups of unequal size are therefore handled without a Python loop.
+and the SoR factorisation (the one streamed pass, :func:`bayes_rbfn.gp.parallel.sor_factor`) is
+``vmap``-ed over groups. Padding is masked exactly: the pass gives a padded point weight 0, so it adds
+nothing to any of the Woodbury sums, and the 2π-term counts only the real points. Groups of unequal size
+are therefore handled without a Python loop.
 
 Posterior variables: per-group ``lengthscale``, ``variance``, ``noise`` (dims group[, input_dim]) and
 population ``<name>_mu``, ``<name>_tau`` (and the raw ``<name>_z``).
@@ -29,7 +30,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-from bayes_rbfn.gp import conditional, linalg
+from bayes_rbfn.gp import linalg, parallel
 from bayes_rbfn.models.common import ModelMarginal, observe
 from bayes_rbfn.models.spec import ModelConfig, ModelSpec
 
@@ -140,14 +141,12 @@ def _group_values(config: ModelConfig, G: int) -> dict[str, Any]:
 
 
 def _group_factor(params_g, X_g, y_g, mask_g, Z_g, offset_g, config: ModelConfig):
+    """One group's SoR Woodbury factor for its centred, masked targets, with what its LOO needs."""
     kernel = config.family.build(params_g)
     noise = params_g["noise"]
-    Luu = linalg.cholesky(kernel(Z_g, Z_g), config.jitter)
-    Kuf = kernel(Z_g, X_g) * mask_g
     r = (y_g - offset_g) * mask_g
-    d = jnp.where(mask_g, noise**2, 1.0)
-    factor = linalg.woodbury(Luu, Kuf, r, d, n=jnp.sum(mask_g))
-    return factor, Kuf, r, d
+    factor = parallel.sor_factor(kernel, X_g, r, Z_g, noise, config.jitter, mask=mask_g)
+    return factor, kernel, X_g, r, Z_g, noise, mask_g
 
 
 def _z_axis(data: dict) -> int | None:
@@ -195,29 +194,31 @@ def simulate(key: jax.Array, sample_shape: tuple, params: dict, data: dict, conf
 @partial(jax.jit, static_argnames="config")
 def log_density(params: dict, data: dict, config: ModelConfig):
     """Σ_g log N(y_g | c_g, Q^(g) + σ_g² I), one batched computation over groups; -inf on failure."""
-    logp = _per_group(params, data, config, lambda f, Kuf, r, d: f.log_marginal_likelihood())
+    logp = _per_group(params, data, config, lambda f, *_: f.log_marginal_likelihood())
     return linalg.finite_or_neg_inf(jnp.sum(logp))
 
 
 def log_likelihood(params: dict, data: dict, config: ModelConfig):
     """Per-group SoR LOO conditionals in the padded layout (G·N_max,); the driver reorders them."""
-    loo = _per_group(params, data, config, lambda f, Kuf, r, d: conditional.woodbury_loo(f, Kuf, r, d))
-    return loo.reshape(-1)
+
+    def loo(factor, kernel, X_g, r, Z_g, noise, mask_g):
+        return parallel.sor_loo(factor, kernel, Z_g, X_g, r, noise**2, mask=mask_g)
+
+    return _per_group(params, data, config, loo).reshape(-1)
 
 
 def predict(params: dict, data: dict, config: ModelConfig, X_test, group_test):
-    """Per-draw SoR moments at X_test, each point under its own group's hyperparameters and factor."""
-    factors = _per_group(params, data, config, lambda f, Kuf, r, d: (f.Luu, f.LB, f.weight_mean()))
-    Luu, LB, weight_mean = factors
+    """Per-draw SoR moments at X_test, each point under its own group's hyperparameters and factor
+    (:func:`bayes_rbfn.gp.parallel.weight_space_moments` with that group's weight posterior)."""
+    R, weights = _per_group(params, data, config, lambda f, *_: (f.weight_cov_factor(), f.weight_mean()))
     names = (*config.family.params, "noise")
     shared_Z = data["Z"].ndim == 2
 
     def one_point(x, g):
         kernel = config.family.build({k: params[k][g] for k in names})
         Z = data["Z"] if shared_Z else data["Z"][g]
-        kus = kernel(Z, x[None, :])[:, 0]
-        w = linalg.solve_lower(LB[g], linalg.solve_lower(Luu[g], kus))
-        return kus @ weight_mean[g] + data["y_offset"][g], jnp.sum(w * w)
+        mean, var, _ = parallel.weight_space_moments(R[g], weights[g], kernel(Z, x[None, :]))
+        return mean[0] + data["y_offset"][g], var[0]
 
     return jax.vmap(one_point)(X_test, group_test)
 

@@ -4,9 +4,12 @@ The latent weights are marginalised analytically: NUTS samples only the hyperpar
 is the SoR marginal likelihood through the one Woodbury path (no N×N matrix), guarded so a failed
 factorisation is -inf. The per-draw predictive is the SoR conditional of DESIGN §3.2.
 
-The O(NM²) sums over the data (log density, its gradient, the LOO conditionals and the predictive) are
-taken by :mod:`bayes_rbfn.gp.parallel`: streamed in cache-sized chunks without ever forming K_uf, whitened
-before summing, with a hand-written reverse pass, and sharded over devices when ``config.mesh`` is set.
+Everything goes through the distribution :func:`marginal` (a
+:class:`~bayes_rbfn.models.distributions.SparseGP`), whose O(NM²) sums over the data (log density, its
+gradient, the LOO conditionals and the predictive) are taken by :mod:`bayes_rbfn.gp.parallel`: streamed in
+cache-sized chunks without ever forming K_uf, whitened before summing, with a hand-written reverse pass,
+and sharded over devices when ``config.mesh`` is set. The DTC, FITC and VFE models
+(:mod:`bayes_rbfn.models.sparse_models`) are the same functions with another ``approx``.
 """
 
 from __future__ import annotations
@@ -15,8 +18,7 @@ from functools import partial
 
 import jax
 
-from bayes_rbfn.gp import linalg, parallel
-from bayes_rbfn.models.common import centred_y, observe, prior_mean, sample_parameters
+from bayes_rbfn.models.common import observe, prior_mean, sample_parameters
 from bayes_rbfn.models.distributions import SparseGP
 from bayes_rbfn.models.spec import ModelConfig, ModelSpec
 
@@ -60,43 +62,19 @@ def _kernel(params: dict, config: ModelConfig):
     return config.family.build(params), params["noise"]
 
 
-def _factor(kernel, noise, y, data: dict, config: ModelConfig) -> linalg.Woodbury:
-    """The Woodbury factor of Q_ff + σ²I from one streamed (and, with ``config.mesh``, sharded) pass."""
-    return parallel.sor_factor(
-        kernel,
-        data["X"],
-        y,
-        data["Z"],
-        noise,
-        config.jitter,
-        fast=config.fast,
-        chunk_size=config.chunk_size,
-        mesh=config.mesh,
-    )
-
-
-def predict(params: dict, data: dict, config: ModelConfig, X_test):
-    """Per-draw SoR moments of the latent f* at X_test: (mean (S,), var (S,)).
+def predict(params: dict, data: dict, config: ModelConfig, X_test, approx: str = "sor"):
+    """Per-draw moments of the latent f* at X_test: (mean (S,), var (S,)) (SoR's, or ``approx``'s).
 
     Streams over chunks of test points, so its memory does not grow with S (the driver may pass every
     test point at once and the factor is then computed once per draw).
     """
-    kernel, noise = _kernel(params, config)
-    factor = _factor(kernel, noise, centred_y(params, data, config), data, config)
-    mean, var = parallel.sor_moments(
-        factor, kernel, data["Z"], X_test, chunk_size=config.chunk_size, mesh=config.mesh
-    )
-    return mean + prior_mean(params, data, config, X_test), var
+    moments = marginal(params, data, config, approx).moments(data["y"], X_test)
+    return moments.mean + prior_mean(params, data, config, X_test), moments.var
 
 
-def log_likelihood(params: dict, data: dict, config: ModelConfig):
-    """LOO conditionals log p(y_i | y_−i, θ) under the SoR marginal, O(NM²)."""
-    kernel, noise = _kernel(params, config)
-    y = centred_y(params, data, config)
-    factor = _factor(kernel, noise, y, data, config)
-    return parallel.sor_loo(
-        factor, kernel, data["Z"], data["X"], y, noise**2, chunk_size=config.chunk_size, mesh=config.mesh
-    )
+def log_likelihood(params: dict, data: dict, config: ModelConfig, approx: str = "sor"):
+    """LOO conditionals log p(y_i | y_−i, θ) under the SoR marginal (or ``approx``'s), O(NM²)."""
+    return marginal(params, data, config, approx).loo_log_prob(data["y"])
 
 
 SPEC = ModelSpec(

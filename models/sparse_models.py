@@ -37,8 +37,9 @@ approximation can handle; (ii) it is biased, typically towards longer lengthscal
 is too small; (iii) it is most useful as a check: when the VFE and exact posteriors agree, M is large
 enough. For the stored LOO values, the trace term depends on the inputs only, never on y, so it acts as an
 X-dependent factor of the prior; given it, the targets have DTC's likelihood N(y | 0, Q_ff + σ²I), whose
-leave-one-out conditionals are stored (:func:`bayes_rbfn.gp.sparse.vfe_loo`). PSIS-LOO then estimates the
-predictive density of a left-out *target* (its input x_i stays in the trace), a proper density.
+leave-one-out conditionals are stored (:func:`bayes_rbfn.gp.sparse.loo_log_density` with ``"vfe"``). PSIS-LOO
+then estimates the predictive density of a left-out *target* (its input x_i stays in the trace), a proper
+density.
 
 **asor** is the augmentation of Rasmussen & Quiñonero-Candela [3] ("healing the RVM") applied to SoR:
 training is SoR's, and at prediction each test input x* joins the inducing inputs, under the Nyström prior
@@ -116,6 +117,26 @@ def _numpyro_model(approx: str, doc: str) -> Callable[[dict, ModelConfig], None]
     return model
 
 
+def _predict(approx: str, doc: str) -> Callable:
+    """The per-draw predictive of ``approx``: :func:`bayes_rbfn.models.sor.predict` with that ``approx``."""
+
+    def predict(params: dict, data: dict, config: ModelConfig, X_test: jax.Array):
+        return sor.predict(params, data, config, X_test, approx)
+
+    predict.__doc__ = doc
+    return predict
+
+
+def _log_likelihood(approx: str, doc: str) -> Callable:
+    """The stored LOO conditionals of ``approx``: :func:`bayes_rbfn.models.sor.log_likelihood` with it."""
+
+    def log_likelihood(params: dict, data: dict, config: ModelConfig) -> jax.Array:
+        return sor.log_likelihood(params, data, config, approx)
+
+    log_likelihood.__doc__ = doc
+    return log_likelihood
+
+
 @partial(jax.jit, static_argnames=("approx", "config"))
 def _log_density(approx: str, params: dict, data: dict, config: ModelConfig) -> jax.Array:
     return sor.marginal(params, data, config, approx).log_prob(data["y"])
@@ -130,27 +151,18 @@ def dtc_log_density(params: dict, data: dict, config: ModelConfig) -> jax.Array:
     return _log_density("dtc", params, data, config)
 
 
-def dtc_predict(params: dict, data: dict, config: ModelConfig, X_test: jax.Array):
+dtc_predict = _predict(
+    "dtc",
     """Per-draw DTC moments of the latent f* at X_test (S, D), [1] eq. (21): (mean (S,), var (S,)).
 
     mean = c + K_*u Σ K_uf (y − c)/σ² (SoR's), var = K_** − Q_** + K_*u Σ K_u* (SoR's plus the prior
     variance the Nyström prior drops at X_test).
-    """
-    kernel, noise = _kernel(params, config)
-    factor, _ = sparse.dtc_factor(
-        kernel, data["X"], centred_y(params, data, config), data["Z"], noise, config.jitter
-    )
-    moments = sparse.dtc_predict(factor, kernel, data["Z"], X_test, full_cov=False)
-    return moments.mean + prior_mean(params, data, config, X_test), moments.var
+    """,
+)
 
-
-def dtc_log_likelihood(params: dict, data: dict, config: ModelConfig) -> jax.Array:
-    """LOO conditionals log p(y_i | y_−i, θ) under N(c, Q_ff + σ²I), shape (N,), O(NM²) ([4])."""
-    kernel, noise = _kernel(params, config)
-    y = centred_y(params, data, config)
-    factor, Kuf = sparse.dtc_factor(kernel, data["X"], y, data["Z"], noise, config.jitter)
-    return sparse.dtc_loo(factor, Kuf, y, noise)
-
+dtc_log_likelihood = _log_likelihood(
+    "dtc", "LOO conditionals log p(y_i | y_−i, θ) under N(c, Q_ff + σ²I), shape (N,), O(NM²) ([4])."
+)
 
 dtc_model = _numpyro_model("dtc", "NumPyro model: hyperparameters ~ priors; y ~ N(m, Q_ff + σ²I) (DTC).")
 
@@ -164,26 +176,17 @@ def fitc_log_density(params: dict, data: dict, config: ModelConfig) -> jax.Array
     return _log_density("fitc", params, data, config)
 
 
-def fitc_predict(params: dict, data: dict, config: ModelConfig, X_test: jax.Array):
+fitc_predict = _predict(
+    "fitc",
     """Per-draw FITC moments of the latent f* at X_test (S, D), [1] eq. (25): (mean (S,), var (S,)).
 
     mean = c + K_*u Σ K_uf Λ⁻¹ (y − c), var = K_** − Q_** + K_*u Σ K_u*, Σ = (K_uu + K_uf Λ⁻¹ K_fu)⁻¹.
-    """
-    kernel, noise = _kernel(params, config)
-    factor, _, _ = sparse.fitc_factor(
-        kernel, data["X"], centred_y(params, data, config), data["Z"], noise, config.jitter
-    )
-    moments = sparse.fitc_predict(factor, kernel, data["Z"], X_test, full_cov=False)
-    return moments.mean + prior_mean(params, data, config, X_test), moments.var
+    """,
+)
 
-
-def fitc_log_likelihood(params: dict, data: dict, config: ModelConfig) -> jax.Array:
-    """LOO conditionals log p(y_i | y_−i, θ) under FITC's N(c, Q_ff + Λ), shape (N,), O(NM²) ([4])."""
-    kernel, noise = _kernel(params, config)
-    y = centred_y(params, data, config)
-    factor, Kuf, d = sparse.fitc_factor(kernel, data["X"], y, data["Z"], noise, config.jitter)
-    return sparse.fitc_loo(factor, Kuf, y, d)
-
+fitc_log_likelihood = _log_likelihood(
+    "fitc", "LOO conditionals log p(y_i | y_−i, θ) under FITC's N(c, Q_ff + Λ), shape (N,), O(NM²) ([4])."
+)
 
 fitc_model = _numpyro_model(
     "fitc", "NumPyro model: hyperparameters ~ priors; y ~ N(m, Q_ff + Λ), Λ = diag(K_ff − Q_ff) + σ²I (FITC)."
@@ -202,23 +205,13 @@ def vfe_log_density(params: dict, data: dict, config: ModelConfig) -> jax.Array:
     return _log_density("vfe", params, data, config)
 
 
-def vfe_predict(params: dict, data: dict, config: ModelConfig, X_test: jax.Array):
-    """Per-draw moments of the latent f* under Titsias's optimal q(u) ([2] §3), equal to DTC's."""
-    kernel, noise = _kernel(params, config)
-    factor, _ = sparse.dtc_factor(
-        kernel, data["X"], centred_y(params, data, config), data["Z"], noise, config.jitter
-    )
-    moments = sparse.vfe_predict(factor, kernel, data["Z"], X_test, full_cov=False)
-    return moments.mean + prior_mean(params, data, config, X_test), moments.var
+vfe_predict = _predict(
+    "vfe", "Per-draw moments of the latent f* under Titsias's optimal q(u) ([2] §3), equal to DTC's."
+)
 
-
-def vfe_log_likelihood(params: dict, data: dict, config: ModelConfig) -> jax.Array:
-    """LOO conditionals for the VFE pseudo-posterior: DTC's (the trace term does not depend on y), (N,)."""
-    kernel, noise = _kernel(params, config)
-    y = centred_y(params, data, config)
-    factor, Kuf = sparse.dtc_factor(kernel, data["X"], y, data["Z"], noise, config.jitter)
-    return sparse.vfe_loo(factor, Kuf, y, noise)
-
+vfe_log_likelihood = _log_likelihood(
+    "vfe", "LOO conditionals for the VFE pseudo-posterior: DTC's (the trace term does not depend on y), (N,)."
+)
 
 vfe_model = _numpyro_model(
     "vfe",
@@ -244,7 +237,7 @@ def augmented_sor_predict(
     """Latent f* under SoR with inducing inputs Z ∪ {x*}, one test point x* at a time ([3]).
 
     ``factor`` is SoR's Woodbury factorisation of Q_ff + σ²I for the centred y
-    (:func:`bayes_rbfn.gp.sparse.dtc_factor`): L_uu, L_B with B = I + A Aᵀ/σ², A = L_uu⁻¹ K_uf, and
+    (:func:`bayes_rbfn.gp.parallel.sor_factor`): L_uu, L_B with B = I + A Aᵀ/σ², A = L_uu⁻¹ K_uf, and
     c = L_B⁻¹ A y/σ². Adding x* to Z borders L_uu by the row (a*ᵀ, √γ), a* = L_uu⁻¹ k_u*,
     γ = k** − ‖a*‖² (the squared power function of Z at x*); that adds the row wᵀ = (k_*f − a*ᵀA)/√γ to A
     and borders L_B by the row (lᵀ, δ),
@@ -255,7 +248,7 @@ def augmented_sor_predict(
 
         mean = bᵀc + e (wᵀy/σ² − lᵀc)/δ,       var = ‖b‖² + e²,
 
-    i.e. SoR's moments at x* (:func:`bayes_rbfn.gp.conditional.sor_predict`: bᵀc and ‖b‖²) plus a
+    i.e. SoR's moments at x* (:func:`bayes_rbfn.gp.parallel.weight_space_moments`: bᵀc and ‖b‖²) plus a
     correction; the variance correction e² is non-negative, and tends to k** far from Z and from the
     data. O(NM) per test point; points are processed ``point_batch`` at a time (``jax.lax.map``), so the
     memory is O(point_batch · N) per draw rather than O(S · N).
@@ -305,7 +298,18 @@ def asor_predict(params: dict, data: dict, config: ModelConfig, X_test: jax.Arra
     """
     kernel, noise = _kernel(params, config)
     y = centred_y(params, data, config)
-    factor, _ = sparse.dtc_factor(kernel, data["X"], y, data["Z"], noise, config.jitter)
+    factor, _ = sparse.training_factor(
+        "sor",
+        kernel,
+        data["X"],
+        y,
+        data["Z"],
+        noise,
+        config.jitter,
+        fast=config.fast,
+        chunk_size=config.chunk_size,
+        mesh=config.mesh,
+    )
     moments = augmented_sor_predict(factor, kernel, data["X"], y, data["Z"], noise, X_test)
     return moments.mean + prior_mean(params, data, config, X_test), moments.var
 

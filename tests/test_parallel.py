@@ -1,11 +1,11 @@
 """The streamed, sharded O(NM²) pass of the SoR family (:mod:`bayes_rbfn.gp.parallel`).
 
-* the streamed sums equal :func:`bayes_rbfn.gp.linalg.whitened_stats` /
-  :func:`~bayes_rbfn.gp.linalg.fast_stats`
-  (the dense reference) in value and, through the hand-written reverse pass, in gradient with respect to
-  every input — for any chunk length, per-point or scalar d;
+* the streamed sums equal the dense sums (:func:`_whitened_stats` / :func:`_fast_stats` below, the
+  reference written with K_uf formed and autodiff for the gradient) in value and, through the
+  hand-written reverse pass, in gradient with respect to every input — for any chunk length, per-point
+  or scalar d, with or without a mask of padded points;
 * whitening before summing is accurate where summing first is not (a long-double reference);
-* the sor model's log density, LOO conditionals and predictive equal the dense formulas;
+* the sor model's log density, LOO conditionals and predictive equal dense references;
 * sharded over two simulated CPU devices (a subprocess with ``--xla_force_host_platform_device_count=2``),
   the log density, its gradient, the LOO values and the predictive moments equal the single-device ones
   to 1e-10 — also for a large, ill-conditioned problem where merely reordering the sums changes the
@@ -23,11 +23,12 @@ import textwrap
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.linalg as jsl
 import numpy as np
 import pytest
 from conftest import assert_close
 
-from bayes_rbfn.gp import conditional, kernels, linalg, parallel
+from bayes_rbfn.gp import kernels, linalg, parallel
 from bayes_rbfn.models import ModelConfig, sor
 from bayes_rbfn.models.families import FAMILIES
 
@@ -44,16 +45,33 @@ def _problem(N=700, M=11, D=2, seed=0, dtype=np.float64):
     return X, y, Z, d
 
 
+def _whitened_stats(Luu, Kuf, y, d):
+    """Dense reference of the sums through A = L_uu⁻¹ K_uf D^-½ (a triangular solve against all N columns):
+    (AAᵀ, A D^-½ y, yᵀD⁻¹y, Σ log d)."""
+    d = jnp.broadcast_to(jnp.asarray(d, dtype=Kuf.dtype), (Kuf.shape[-1],))
+    A = jsl.solve_triangular(Luu, Kuf, lower=True) / jnp.sqrt(d)
+    return A @ A.T, A @ (y / jnp.sqrt(d)), jnp.sum(y * y / d), jnp.sum(jnp.log(d))
+
+
+def _fast_stats(Luu, Kuf, y, d):
+    """Dense reference of the sums formed before whitening: K_uf D⁻¹ K_fu and K_uf D⁻¹ y, whitened after."""
+    d = jnp.broadcast_to(jnp.asarray(d, dtype=Kuf.dtype), (Kuf.shape[-1],))
+    KufD = Kuf / d
+    AAt = jsl.solve_triangular(Luu, jsl.solve_triangular(Luu, KufD @ Kuf.T, lower=True).T, lower=True).T
+    Ay = jsl.solve_triangular(Luu, KufD @ y, lower=True)
+    return 0.5 * (AAt + AAt.T), Ay, jnp.sum(y * y / d), jnp.sum(jnp.log(d))
+
+
 def _lml(stats_fn, lengthscale, variance, Z, X, y, d):
     kernel = kernels.Matern52(lengthscale, variance)
     Luu = linalg.cholesky(kernel(Z, Z))
     stats = stats_fn(kernel, Z, X, y, d, Luu)
-    return linalg.woodbury(Luu, None, None, None, stats=stats, n=X.shape[0]).log_marginal_likelihood()
+    return linalg.woodbury(Luu, stats, n=X.shape[0]).log_marginal_likelihood()
 
 
 def _dense(fast):
     def stats(kernel, Z, X, y, d, Luu):
-        return (linalg.fast_stats if fast else linalg.whitened_stats)(Luu, kernel(Z, X), y, d)
+        return (_fast_stats if fast else _whitened_stats)(Luu, kernel(Z, X), y, d)
 
     return stats
 
@@ -108,7 +126,7 @@ def test_float32_runs():
     X64, y64, Z64 = (jnp.asarray(a, jnp.float64) for a in (X, y, Z))
     k64 = kernels.SquaredExponential(1.5, 1.0)
     L64 = linalg.cholesky(k64(Z64, Z64), jitter=linalg.default_jitter(jnp.float32))
-    expected = linalg.whitened_stats(L64, k64(Z64, X64), y64, 0.1)
+    expected = _whitened_stats(L64, k64(Z64, X64), y64, 0.1)
     for a, e in zip(stats, expected, strict=True):
         assert_close(a, e, dtype=np.float32, rtol=5e-3, atol=5e-3)
 
@@ -181,24 +199,88 @@ def _model_problem(N=500, M=20, seed=1):
     return data, params
 
 
+def _dense_factor(kernel, X, y, Z, d, mask=None):
+    """The Woodbury factor of Q_ff + diag(d) from the dense sums (K_uf formed), over the real points only."""
+    if mask is not None:
+        keep = np.asarray(mask)
+        X, y, d = X[keep], y[keep], jnp.broadcast_to(d, mask.shape)[keep]
+    Luu = linalg.cholesky(kernel(Z, Z))
+    return linalg.woodbury(Luu, _whitened_stats(Luu, kernel(Z, X), y, d), n=X.shape[0])
+
+
+def _dense_loo(factor, Kuf, y, d):
+    """Dense reference of the LOO conditionals: C⁻¹ = D⁻¹ − VᵀV, V = L_B⁻¹ L_uu⁻¹ K_uf D⁻¹ (Woodbury)."""
+    d = jnp.broadcast_to(d, y.shape)
+    V = factor.weight_cov_factor() @ (Kuf / d)
+    return linalg.loo_from_precision(1.0 / d - jnp.sum(V * V, axis=0), y / d - V.T @ factor.c)
+
+
+def _dense_moments(factor, kernel, Z, X_test):
+    """Dense reference of SoR's predictive moments: K_*u m and ‖L_B⁻¹ L_uu⁻¹ K_u*‖² by triangular solves."""
+    Kus = kernel(Z, X_test)
+    W = linalg.solve_lower(factor.LB, linalg.solve_lower(factor.Luu, Kus))
+    return Kus.T @ factor.weight_mean(), jnp.sum(W * W, axis=0)
+
+
 @pytest.mark.parametrize("chunk", [None, 64], ids=["default-chunk", "small-chunks"])
 def test_sor_model_matches_dense_formulas(chunk):
-    """log density, LOO conditionals and predictive moments of the sor model = the conditional module's."""
+    """log density, LOO conditionals and predictive moments of the sor model = the dense formulas."""
     data, params = _model_problem()
     config = ModelConfig(family=FAMILIES["se"], priors={}, chunk_size=chunk)
     kernel = kernels.SquaredExponential(params["lengthscale"], params["variance"])
     y = data["y"] - data["y_offset"]
-    factor, Kuf = conditional.sor_factor(kernel, data["X"], y, data["Z"], params["noise"])
+    noise2 = params["noise"] ** 2
+    factor = _dense_factor(kernel, data["X"], y, data["Z"], noise2)
     assert_close(sor.log_density(params, data, config), factor.log_marginal_likelihood(), rtol=1e-12)
     assert_close(
-        sor.log_likelihood(params, data, config),
-        conditional.woodbury_loo(factor, Kuf, y, params["noise"] ** 2),
+        sor.log_likelihood(params, data, config), _dense_loo(factor, kernel(data["Z"], data["X"]), y, noise2)
     )
     X_test = jnp.linspace(-1.0, 6.0, 300)[:, None]
     mean, var = sor.predict(params, data, config, X_test)
-    expected = conditional.sor_predict(factor, kernel, data["Z"], X_test, full_cov=False)
-    assert_close(mean, expected.mean + data["y_offset"])
-    assert_close(var, expected.var, scale=float(params["variance"]))
+    expected_mean, expected_var = _dense_moments(factor, kernel, data["Z"], X_test)
+    assert_close(mean, expected_mean + data["y_offset"])
+    assert_close(var, expected_var, scale=float(params["variance"]))
+
+
+@pytest.mark.parametrize("per_point", [False, True], ids=["scalar-d", "per-point-d"])
+def test_masked_pass_equals_dense_over_real_points(per_point):
+    """With a mask, padded points add nothing: the factor's log density and gradient (hyperparameters, y)
+    equal the dense ones over the real points alone, and the LOO conditionals of the real points are theirs
+    (padded points get 0)."""
+    X, y, Z, d = _problem(N=300)
+    d = d if per_point else jnp.asarray(0.1)
+    mask = jnp.asarray(np.random.default_rng(5).uniform(size=300) < 0.7)
+    keep = np.asarray(mask)
+
+    def streamed(ls, v, y):
+        kernel = kernels.Matern52(ls, v)
+        Luu = linalg.cholesky(kernel(Z, Z))
+        factor = parallel.woodbury_factor(kernel, Z, X, y * mask, d, Luu, mask=mask, chunk_size=64)
+        return factor.log_marginal_likelihood()
+
+    def dense(ls, v, y):
+        kernel = kernels.Matern52(ls, v)
+        return _dense_factor(kernel, X, y, Z, d, mask).log_marginal_likelihood()
+
+    args = (jnp.asarray([0.9, 1.4]), jnp.asarray(1.3), y)
+    actual = jax.jit(jax.value_and_grad(streamed, argnums=(0, 1, 2)))(*args)
+    expected = jax.value_and_grad(dense, argnums=(0, 1, 2))(*args)
+    value, (g_ls, g_v, g_y) = actual
+    assert_close(value, expected[0], rtol=1e-10)
+    assert_close(g_ls, expected[1][0], rtol=1e-10, atol=1e-10)
+    assert_close(g_v, expected[1][1], rtol=1e-10, atol=1e-10)
+    assert_close(g_y[keep], expected[1][2][keep], rtol=1e-10, atol=1e-10)
+    assert np.all(np.asarray(g_y)[~keep] == 0.0)
+
+    kernel = kernels.Matern52(jnp.asarray([0.9, 1.4]), 1.3)
+    Luu = linalg.cholesky(kernel(Z, Z))
+    factor = parallel.woodbury_factor(kernel, Z, X, y * mask, d, Luu, mask=mask, chunk_size=64)
+    loo = parallel.sor_loo(factor, kernel, Z, X, y * mask, d, mask=mask, chunk_size=64)
+    d_real = jnp.broadcast_to(d, mask.shape)[keep]
+    dense_factor = _dense_factor(kernel, X, y, Z, d, mask)
+    expected_loo = _dense_loo(dense_factor, kernel(Z, X[keep]), y[keep], d_real)
+    assert_close(np.asarray(loo)[keep], expected_loo)
+    assert np.all(np.asarray(loo)[~keep] == 0.0)
 
 
 def test_chunk_size_for():

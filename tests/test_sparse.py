@@ -17,7 +17,7 @@ import pytest
 import sparse_reference as ref
 from conftest import assert_close
 
-from bayes_rbfn.gp import conditional, linalg, sparse
+from bayes_rbfn.gp import conditional, linalg, parallel, sparse
 from bayes_rbfn.gp.kernels import Kernel, Matern32, Matern52, SquaredExponential
 
 #: Relative jitter used in the comparisons with dense references (the library's float64 default).
@@ -115,7 +115,7 @@ def test_nystrom_residual_equals_dense(problem):
     X = np.concatenate([problem.X, problem.Z])
     Kuu = problem.kernel(problem.Z, problem.Z)
     Luu = linalg.cholesky(Kuu, JITTER)
-    value = sparse.nystrom_residual(problem.kernel, jnp.asarray(X), Luu, problem.kernel(problem.Z, X))
+    value = parallel.nystrom_residual(problem.kernel, jnp.asarray(problem.Z), Luu, jnp.asarray(X))
     expected = np.diag(ref.gram(problem.kernel, X) - ref.nystrom(problem.kernel, problem.Z, X, X, JITTER))
     prior = float(np.max(np.diag(ref.gram(problem.kernel, X))))
     assert np.all(np.asarray(value) >= 0)
@@ -158,8 +158,8 @@ def test_vfe_bound_below_exact(name, num_inducing):
 def test_near_duplicate_inducing_inputs(method):
     """Two inducing inputs 1e-4 lengthscales apart (cond K_uu ≈ 1e8 after jitter): still the dense value.
 
-    The default (whitened) Woodbury path solves L_uu A = K_uf before forming AAᵀ; the M×M-first variant
-    (``linalg.fast_stats``) was off by 7e-7 relative here.
+    The default (whitened) Woodbury path whitens K_uf before forming AAᵀ; the M×M-first variant
+    (``fast=True`` of :func:`bayes_rbfn.gp.parallel.woodbury_stats`) was off by 7e-7 relative here.
     """
     p = _problem("1d-matern52")
     Z = np.concatenate([p.Z[:-1], p.Z[:1] + 1e-4])
@@ -343,15 +343,15 @@ def test_blocks_trace_under_jit_and_grad(name):
 
     @jax.jit
     def blocks(kernel, noise):
-        fitc_factor, Kuf, d = sparse.fitc_factor(kernel, X, y, Z, noise)
-        dtc_factor, _ = sparse.dtc_factor(kernel, X, y, Z, noise)
+        fitc_factor, d = sparse.training_factor("fitc", kernel, X, y, Z, noise)
+        dtc_factor, _ = sparse.training_factor("dtc", kernel, X, y, Z, noise)
         return (
-            sparse.dtc_log_marginal(kernel, X, y, Z, noise),
-            sparse.fitc_log_marginal(kernel, X, y, Z, noise),
-            sparse.vfe_bound(kernel, X, y, Z, noise),
-            sparse.fitc_loo(fitc_factor, Kuf, y, d),
-            sparse.dtc_predict(dtc_factor, kernel, Z, X_test, full_cov=False).var,
-            sparse.fitc_predict(fitc_factor, kernel, Z, X_test, full_cov=False).var,
+            sparse.log_marginal("dtc", dtc_factor, kernel, X, noise),
+            sparse.log_marginal("fitc", fitc_factor, kernel, X, noise),
+            sparse.log_marginal("vfe", dtc_factor, kernel, X, noise),
+            parallel.sor_loo(fitc_factor, kernel, Z, X, y, d),
+            conditional.sor_predict(dtc_factor, kernel, Z, X_test, False, exact_test_prior=True).var,
+            conditional.sor_predict(fitc_factor, kernel, Z, X_test, False, exact_test_prior=True).var,
         )
 
     noise = jnp.asarray(problem.noise)
@@ -364,12 +364,16 @@ def test_blocks_trace_under_jit_and_grad(name):
     assert_close(dtc_var, sparse.dtc(*args, problem.X_test).var)
     assert_close(fitc_var, sparse.fitc(*args, problem.X_test).var)
 
+    def objective(approx, kernel, noise):
+        factor, _ = sparse.training_factor(approx, kernel, X, y, Z, noise)
+        return sparse.log_marginal(approx, factor, kernel, X, noise)
+
     # One compiled gradient per objective (a sum could hide an inf − inf).
     @jax.jit
     def grads(kernel, noise):
         return [
-            jax.grad(lambda k, s, block=block: block(k, X, y, Z, s), argnums=(0, 1))(kernel, noise)
-            for block in (sparse.dtc_log_marginal, sparse.fitc_log_marginal, sparse.vfe_bound)
+            jax.grad(lambda k, s, approx=approx: objective(approx, k, s), argnums=(0, 1))(kernel, noise)
+            for approx in METHODS
         ]
 
     leaves = jax.tree_util.tree_leaves(grads(problem.kernel, noise))

@@ -236,10 +236,9 @@ def eigen_basis(
 def _eigen_basis(
     kernel: Kernel, centres: jax.Array, X: jax.Array, num: int, tol: float, jitter: float
 ) -> tuple[jax.Array, jax.Array]:
-    Kcc = kernel(centres, centres)
-    M = Kcc.shape[0]
     # The jitter of linalg.cholesky, so that the full basis reproduces conditional.sor exactly.
-    Kcc = Kcc + (jitter * jnp.mean(jnp.diagonal(Kcc))) * jnp.eye(M, dtype=Kcc.dtype)
+    Kcc = linalg.add_jitter(kernel(centres, centres), jitter)
+    M = Kcc.shape[0]
     lam, U = jnp.linalg.eigh(Kcc)
     lam, U = lam[::-1], U[:, ::-1]
     # Fix each eigenvector's sign (largest-magnitude entry positive), so separate calls agree even if

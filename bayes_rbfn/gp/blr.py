@@ -105,6 +105,14 @@ def check_design(Phi: Any, name: str, num_basis: int | None = None) -> jax.Array
     return Phi
 
 
+def _check_model(Phi: Any, t: Any, alpha: Any, beta: Any) -> tuple[jax.Array, ...]:
+    """The checked (Φ (N, M), t (N,), α > 0, β > 0) of :func:`posterior` and :func:`log_evidence`."""
+    with jax.ensure_compile_time_eval():
+        Phi = check_design(Phi, "Phi")
+        t = check_y(t, Phi.shape[0], "t")
+        return Phi, t, check_positive(alpha, "alpha"), check_positive(beta, "beta")
+
+
 def _check_posterior(post: Any, name: str = "posterior") -> BLRPosterior:
     if not isinstance(post, BLRPosterior):
         raise ValueError(
@@ -171,12 +179,7 @@ def posterior(Phi: Any, t: Any, alpha: Any, beta: Any) -> BLRPosterior:
     Returns:
         :class:`BLRPosterior` with ``mean`` m_N (M,) and ``chol_precision`` (M, M); ``.cov`` gives S_N.
     """
-    with jax.ensure_compile_time_eval():
-        Phi = check_design(Phi, "Phi")
-        t = check_y(t, Phi.shape[0], "t")
-        alpha = check_positive(alpha, "alpha")
-        beta = check_positive(beta, "beta")
-    return posterior_unchecked(Phi, t, alpha, beta)
+    return posterior_unchecked(*_check_model(Phi, t, alpha, beta))
 
 
 def predictive(
@@ -267,12 +270,7 @@ def log_evidence(Phi: Any, t: Any, alpha: Any, beta: Any) -> jax.Array:
     Returns:
         The log evidence, a scalar.
     """
-    with jax.ensure_compile_time_eval():
-        Phi = check_design(Phi, "Phi")
-        t = check_y(t, Phi.shape[0], "t")
-        alpha = check_positive(alpha, "alpha")
-        beta = check_positive(beta, "beta")
-    return _log_evidence(Phi, t, alpha, beta)
+    return _log_evidence(*_check_model(Phi, t, alpha, beta))
 
 
 @jax.jit

@@ -6,8 +6,12 @@ Two layers:
   :func:`nystrom_krr`, :func:`rbf_ridge`, :func:`log_marginal_likelihood`,
   :func:`loo_log_density`, :func:`condition_gaussian`) accept NumPy or JAX arrays, check them and raise
   ``ValueError`` with the argument's name on bad input or a failed factorisation;
-* the traceable building blocks (``*_factor``, ``*_predict``, ``*_loo``) take validated (N, D) arrays and
+* the traceable building blocks (``exact_*``, :func:`sor_predict`) take validated (N, D) arrays and
   are what the model layer calls inside ``jit``/NUTS; they never raise.
+
+The SoR formulas that touch the data (the Woodbury factor, the LOO conditionals, the predictive moments)
+each live once, in the streamed pass of :mod:`bayes_rbfn.gp.parallel`; the public SoR functions here
+validate their input and call them (a dense problem is one chunk of that pass).
 
 Notation follows DESIGN §2: ``Kfu = k(X, Z)``, ``Kuu = k(Z, Z)``, ``Ksu = k(X_test, Z)``, ``noise`` = σ.
 
@@ -32,33 +36,30 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayes_rbfn.gp import linalg
+from bayes_rbfn.gp import linalg, parallel
 from bayes_rbfn.gp.kernels import Kernel, check_positive_parameter
 from bayes_rbfn.gp.validation import check_positive, check_X, check_y, check_Z
 
 __all__ = [
     "Gaussian",
+    "check_jitter",
     "check_kernel",
     "check_regression_inputs",
     "condition_gaussian",
     "exact_factor",
     "exact_gp",
+    "exact_log_marginal",
     "exact_loo",
     "exact_predict",
     "log_marginal_likelihood",
-    "loo_from_precision",
     "loo_log_density",
     "nystrom_krr",
     "raise_if_not_finite",
     "rbf_ridge",
     "rbfn_weights",
     "sor",
-    "sor_factor",
     "sor_predict",
-    "woodbury_loo",
 ]
-
-_LOG_2PI = float(np.log(2.0 * np.pi))
 
 
 @partial(jax.tree_util.register_dataclass, data_fields=["mean", "var", "cov"], meta_fields=[])
@@ -71,14 +72,22 @@ class Gaussian:
     cov: jax.Array | None = None
 
 
-def raise_if_not_finite(result: Any, what: str) -> None:
+#: What :func:`raise_if_not_finite` says by default.
+_NOT_FACTORISED = (
+    "a kernel matrix could not be factorised (not positive definite to working precision); check the "
+    "hyperparameters, the inducing inputs or increase the jitter"
+)
+
+
+def raise_if_not_finite(result: Any, what: str, hint: str = _NOT_FACTORISED) -> None:
+    """Raise :class:`~bayes_rbfn.gp.linalg.FactorisationError` ``"{what}: {hint}"`` when a concrete leaf of
+    ``result`` (a pytree) is NaN or infinite: outside traced code a failed factorisation is an error
+    (DESIGN §5). Traced leaves are skipped (inside NUTS the log densities are guarded with -inf instead).
+    """
     leaves = [x for x in jax.tree_util.tree_leaves(result) if not isinstance(x, jax.core.Tracer)]
     for leaf in leaves:
         if not np.all(np.isfinite(np.asarray(leaf))):
-            raise linalg.FactorisationError(
-                f"{what}: a kernel matrix could not be factorised (not positive definite to working "
-                "precision); check the hyperparameters, the inducing inputs or increase the jitter"
-            )
+            raise linalg.FactorisationError(f"{what}: {hint}")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -142,14 +151,6 @@ def exact_predict(
     return Gaussian(mean=mean, var=kernel.diag(X_test) - jnp.sum(W * W, axis=0))
 
 
-def loo_from_precision(precision_diag: jax.Array, precision_y: jax.Array) -> jax.Array:
-    """log p(y_i | y_−i) for y ~ N(0, C) from diag(C⁻¹) and C⁻¹y.
-
-    The conditional is N(y_i − [C⁻¹y]_i / [C⁻¹]_ii, 1 / [C⁻¹]_ii) (eqs. (5.10)–(5.12) of [1]; [4]).
-    """
-    return 0.5 * (jnp.log(precision_diag) - _LOG_2PI) - 0.5 * precision_y**2 / precision_diag
-
-
 def exact_loo(kernel: Kernel, X: jax.Array, y: jax.Array, noise: jax.Array) -> jax.Array:
     """LOO conditional log densities of the exact GP, shape (N,), in O(N³).
 
@@ -158,69 +159,100 @@ def exact_loo(kernel: Kernel, X: jax.Array, y: jax.Array, noise: jax.Array) -> j
     """
     L = exact_factor(kernel, X, noise)
     Linv = linalg.solve_lower(L, jnp.eye(L.shape[0], dtype=L.dtype))
-    return loo_from_precision(jnp.sum(Linv * Linv, axis=0), Linv.T @ (Linv @ y))
+    return linalg.loo_from_precision(jnp.sum(Linv * Linv, axis=0), Linv.T @ (Linv @ y))
 
 
 # --------------------------------------------------------------------------------------------------
-# SoR / Bayesian RBFN (traceable blocks, all through linalg.woodbury)
-
-
-def sor_factor(
-    kernel: Kernel,
-    X: jax.Array,
-    y: jax.Array,
-    Z: jax.Array,
-    noise: jax.Array,
-    jitter: float | None = None,
-) -> tuple[linalg.Woodbury, jax.Array]:
-    """The Woodbury factorisation of Q_ff + σ²I for data y, and K_uf (M, N).
-
-    Also the factorisation of the RBFN weight posterior α | y ~ N(Σ K_uf y/σ², Σ),
-    Σ = (K_uf K_fu/σ² + K_uu)⁻¹ (DESIGN §3.2), since K_uu + K_uf K_fu/σ² = L_uu L_B L_Bᵀ L_uuᵀ.
-    """
-    Luu = linalg.cholesky(kernel(Z, Z), jitter)
-    Kuf = kernel(Z, X)
-    return linalg.woodbury(Luu, Kuf, y, noise**2), Kuf
+# SoR / Bayesian RBFN (traceable; the data pass is bayes_rbfn.gp.parallel's)
 
 
 def sor_predict(
-    factor: linalg.Woodbury, kernel: Kernel, Z: jax.Array, X_test: jax.Array, full_cov: bool = True
+    factor: linalg.Woodbury,
+    kernel: Kernel,
+    Z: jax.Array,
+    X_test: jax.Array,
+    full_cov: bool = True,
+    *,
+    exact_test_prior: bool = False,
+    chunk_size: int | None = None,
+    mesh: Any = None,
 ) -> Gaussian:
     """Latent f* | y under SoR: f* = K_*u α with α | y Gaussian (DESIGN §3.2; eq. (16) of [2]).
 
-    mean = K_*u Σ K_uf D⁻¹ y, cov = K_*u Σ K_u* = WᵀW with W = L_B⁻¹ L_uu⁻¹ K_u*.
+    mean = K_*u Σ K_uf D⁻¹ y, cov = K_*u Σ K_u* (:func:`bayes_rbfn.gp.parallel.weight_space_moments`),
+    Σ = (K_uu + K_uf D⁻¹ K_fu)⁻¹; without ``full_cov`` streamed over chunks of test points
+    (:func:`bayes_rbfn.gp.parallel.sor_moments`).
+
+    SoR puts the Nyström covariance Q_** on the test points, so its variance collapses far from Z
+    (DESIGN §3.4). With ``exact_test_prior`` the exact K_** is put there instead, which adds the prior
+    variance K_** − Q_** the Nyström prior drops (its diagonal:
+    :func:`bayes_rbfn.gp.parallel.nystrom_residual`): ``N(K_*u Σ K_uf D⁻¹ y, K_** − Q_** + K_*u Σ K_u*)``,
+    the predictive of DTC and VFE (D = σ²I) and of FITC (D = Λ) — eqs. (20)–(21) and (24)–(25) of
+    Quiñonero-Candela & Rasmussen (2005) [2], and Titsias's optimal q(u) for VFE. FITC's test conditional is
+    exact (FITC proper, not FIC), so its full covariance carries K_** − Q_** off the diagonal too.
+
+    Args:
+        factor: the :class:`~bayes_rbfn.gp.linalg.Woodbury` of Q_ff + diag(d) for y
+            (:func:`bayes_rbfn.gp.parallel.woodbury_factor`). kernel: covariance function. Z: (M, D).
+        X_test: (S, D). full_cov: also return the (S, S) covariance.
+        exact_test_prior: K_** instead of Q_** at the test points (DTC, FITC, VFE).
+        chunk_size, mesh: the streamed pass's settings (:func:`bayes_rbfn.gp.parallel.woodbury_stats`).
+
+    Returns:
+        :class:`Gaussian` with ``mean`` (S,), ``var`` (S,) and ``cov`` (S, S) when ``full_cov``.
     """
+    if not full_cov:
+        mean, var = parallel.sor_moments(factor, kernel, Z, X_test, chunk_size=chunk_size, mesh=mesh)
+        if exact_test_prior:
+            var = var + parallel.nystrom_residual(
+                kernel, Z, factor.Luu, X_test, chunk_size=chunk_size, mesh=mesh
+            )
+        return Gaussian(mean=mean, var=var)
     Kus = kernel(Z, X_test)
-    _, W = factor.project(Kus)
-    mean = Kus.T @ factor.weight_mean()
-    if full_cov:
-        cov = W.T @ W
-        return Gaussian(mean=mean, var=jnp.diagonal(cov), cov=cov)
-    return Gaussian(mean=mean, var=jnp.sum(W * W, axis=0))
-
-
-def woodbury_loo(factor: linalg.Woodbury, Kuf: jax.Array, y: jax.Array, d: jax.Array) -> jax.Array:
-    """LOO conditionals for C = Q_ff + diag(d) in O(NM²).
-
-    C⁻¹ = D⁻¹ − VᵀV with V = L_B⁻¹ L_uu⁻¹ K_uf D⁻¹, so diag(C⁻¹) = 1/d − ‖V_:i‖² and
-    C⁻¹y = y/d − Vᵀc (Woodbury identity).
-    """
-    d = jnp.broadcast_to(d, y.shape)
-    V = factor.weight_cov_factor() @ (Kuf / d)
-    return loo_from_precision(1.0 / d - jnp.sum(V * V, axis=0), y / d - V.T @ factor.c)
+    mean, _, cov = parallel.weight_space_moments(
+        factor.weight_cov_factor(), factor.weight_mean(), Kus, full_cov=True
+    )
+    if exact_test_prior:
+        A = linalg.solve_lower(factor.Luu, Kus)  # Q_** = AᵀA
+        cov = kernel(X_test, X_test) - A.T @ A + cov
+    return Gaussian(mean=mean, var=jnp.diagonal(cov), cov=cov)
 
 
 # --------------------------------------------------------------------------------------------------
 # Public, validated entry points
 
 
-def check_regression_inputs(X: Any, y: Any, noise: Any, Z: Any = None, X_test: Any = None):
+def check_jitter(jitter: Any) -> float | None:
+    """``None`` (the policy of :mod:`bayes_rbfn.gp.linalg`) or a finite non-negative relative jitter."""
+    if jitter is None:
+        return None
+    try:
+        value = float(jitter)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"jitter: expected None or a non-negative number, got {jitter!r}") from err
+    if not np.isfinite(value) or value < 0:
+        raise ValueError(f"jitter: expected None or a finite non-negative number, got {jitter!r}")
+    return value
+
+
+def check_regression_inputs(
+    X: Any, y: Any, noise: Any, Z: Any = None, X_test: Any = None, *, kernel: Any = None, jitter: Any = None
+) -> tuple:
+    """The checked inputs of a public regression function: ``(X, y, noise, Z, X_test, jitter)``.
+
+    X (N, D), y (N,), σ > 0, distinct Z (M, D) with M ≤ the distinct rows of X, X_test (S, D), the jitter
+    (:func:`check_jitter`) and, when given, the kernel (:func:`check_kernel`). Raises ``ValueError``
+    naming the argument.
+    """
+    jitter = check_jitter(jitter)
     X = check_X(X, "X")
     y = check_y(y, X.shape[0])
     noise = check_positive(noise, "noise")
     Z = None if Z is None else check_Z(Z, X)
     X_test = None if X_test is None else check_X(X_test, "X_test", dim=X.shape[1])
-    return X, y, noise, Z, X_test
+    if kernel is not None:
+        check_kernel(kernel, X.shape[1])
+    return X, y, noise, Z, X_test, jitter
 
 
 def check_kernel(kernel: Any, dim: int) -> None:
@@ -260,8 +292,7 @@ def exact_gp(kernel: Kernel, X: Any, y: Any, noise: Any, X_test: Any, full_cov: 
     Returns:
         :class:`Gaussian` with ``mean`` (S,), ``var`` (S,) and ``cov`` (S, S) when ``full_cov``.
     """
-    X, y, noise, _, X_test = check_regression_inputs(X, y, noise, X_test=X_test)
-    check_kernel(kernel, X.shape[1])
+    X, y, noise, _, X_test, _ = check_regression_inputs(X, y, noise, X_test=X_test, kernel=kernel)
     result = exact_predict(kernel, X, y, noise, X_test, full_cov)
     raise_if_not_finite(result, "exact_gp")
     return result
@@ -281,17 +312,17 @@ def sor(
 
     Function space: ``N(Q_*f (Q_ff+σ²I)⁻¹ y, Q_** − Q_*f (Q_ff+σ²I)⁻¹ Q_f*)``; computed in weight space
     as f* = K_*u α, α | y ~ N(Σ K_uf y/σ², Σ), Σ = (K_uf K_fu/σ² + K_uu)⁻¹, in O(NM² + SM²) without any
-    N×N matrix. Equation (16) of [2].
+    N×N matrix (:func:`bayes_rbfn.gp.parallel.sor_factor`, :func:`sor_predict`). Equation (16) of [2].
 
     Args:
         kernel: covariance function. X: (N, D) or (N,). y: (N,). Z: (M, D) distinct inducing inputs.
         noise: σ > 0. X_test: (S, D) or (S,). full_cov: also return the (S, S) covariance.
         jitter: relative jitter on K_uu (``None``: the policy of :mod:`bayes_rbfn.gp.linalg`).
     """
-    X, y, noise, Z, X_test = check_regression_inputs(X, y, noise, Z, X_test)
-    check_kernel(kernel, X.shape[1])
-    factor, _ = sor_factor(kernel, X, y, Z, noise, jitter)
-    result = sor_predict(factor, kernel, Z, X_test, full_cov)
+    X, y, noise, Z, X_test, jitter = check_regression_inputs(
+        X, y, noise, Z, X_test, kernel=kernel, jitter=jitter
+    )
+    result = sor_predict(parallel.sor_factor(kernel, X, y, Z, noise, jitter), kernel, Z, X_test, full_cov)
     raise_if_not_finite(result, "sor")
     return result
 
@@ -299,12 +330,11 @@ def sor(
 def rbfn_weights(kernel: Kernel, X: Any, y: Any, Z: Any, noise: Any, jitter: float | None = None) -> Gaussian:
     """Posterior of the RBFN weights α | y ~ N(Σ K_uf y/σ², Σ), Σ = (K_uf K_fu/σ² + K_uu)⁻¹ (DESIGN §3.2).
 
-    The prior is α ~ N(0, K_uu⁻¹) and the likelihood y ~ N(K_fu α, σ²I). Returns ``mean`` (M,),
-    ``cov`` (M, M) and ``var`` (M,).
+    The prior is α ~ N(0, K_uu⁻¹) and the likelihood y ~ N(K_fu α, σ²I); Σ = RᵀR from the SoR factor
+    (:func:`bayes_rbfn.gp.parallel.sor_factor`). Returns ``mean`` (M,), ``cov`` (M, M) and ``var`` (M,).
     """
-    X, y, noise, Z, _ = check_regression_inputs(X, y, noise, Z)
-    check_kernel(kernel, X.shape[1])
-    factor, _ = sor_factor(kernel, X, y, Z, noise, jitter)
+    X, y, noise, Z, _, jitter = check_regression_inputs(X, y, noise, Z, kernel=kernel, jitter=jitter)
+    factor = parallel.sor_factor(kernel, X, y, Z, noise, jitter)
     R = factor.weight_cov_factor()
     cov = R.T @ R
     result = Gaussian(mean=factor.weight_mean(), var=jnp.diagonal(cov), cov=cov)
@@ -319,13 +349,15 @@ def nystrom_krr(
 
     Evaluated through the push-through identity K_uu⁻¹ K_uf (K_fu K_uu⁻¹ K_uf + σ²I)⁻¹
     = (K_uu + K_uf K_fu / σ²)⁻¹ K_uf / σ², whose right-hand side the Woodbury factor holds in
-    whitened form. Right to left as written, (Q_ff + σ²I)⁻¹ y = y/σ² − (…)/σ² cancels catastrophically
-    as σ → 0 (relative error ~ ε s²/σ²); this form does not. Returns the mean, shape (S,).
+    whitened form: it is the SoR predictive mean (:func:`sor_predict`). Right to left as written,
+    (Q_ff + σ²I)⁻¹ y = y/σ² − (…)/σ² cancels catastrophically as σ → 0 (relative error ~ ε s²/σ²); this
+    form does not. Returns the mean, shape (S,).
     """
-    X, y, noise, Z, X_test = check_regression_inputs(X, y, noise, Z, X_test)
-    check_kernel(kernel, X.shape[1])
-    factor, _ = sor_factor(kernel, X, y, Z, noise, jitter)
-    mean = kernel(X_test, Z) @ factor.weight_mean()
+    X, y, noise, Z, X_test, jitter = check_regression_inputs(
+        X, y, noise, Z, X_test, kernel=kernel, jitter=jitter
+    )
+    factor = parallel.sor_factor(kernel, X, y, Z, noise, jitter)
+    mean = sor_predict(factor, kernel, Z, X_test, full_cov=False).mean
     raise_if_not_finite(mean, "nystrom_krr")
     return mean
 
@@ -336,14 +368,13 @@ def rbf_ridge(
     """RBF-network ridge regression mean ``K_*u (K_uf K_fu + σ² K_uu)⁻¹ K_uf y``, eq. (3) of [3].
 
     The regularised normal equations of an RBF network with centres Z and penalty σ² αᵀK_uuα, solved
-    as written with a Cholesky factor of the M×M system (K_uu carries the jitter of the policy).
-    Returns the mean, shape (S,).
+    as written with a Cholesky factor of the M×M system (K_uu carries the jitter of the policy,
+    :func:`bayes_rbfn.gp.linalg.add_jitter`). Returns the mean, shape (S,).
     """
-    X, y, noise, Z, X_test = check_regression_inputs(X, y, noise, Z, X_test)
-    check_kernel(kernel, X.shape[1])
-    Kuu = kernel(Z, Z)
-    jit_rel = linalg.default_jitter(Kuu.dtype) if jitter is None else jitter
-    Kuu = Kuu + jit_rel * jnp.mean(jnp.diagonal(Kuu)) * jnp.eye(Kuu.shape[0], dtype=Kuu.dtype)
+    X, y, noise, Z, X_test, jitter = check_regression_inputs(
+        X, y, noise, Z, X_test, kernel=kernel, jitter=jitter
+    )
+    Kuu = linalg.add_jitter(kernel(Z, Z), jitter)
     Kuf = kernel(Z, X)
     L = linalg.cholesky(Kuf @ Kuf.T + noise**2 * Kuu, jitter=0.0)
     mean = kernel(X_test, Z) @ linalg.cho_solve(L, Kuf @ y)
@@ -355,13 +386,13 @@ def log_marginal_likelihood(
     kernel: Kernel, X: Any, y: Any, noise: Any, Z: Any = None, jitter: float | None = None
 ) -> jax.Array:
     """log p(y): exact GP ``log N(y | 0, K_ff + σ²I)`` when Z is None (eq. (2.30) of [1]), else SoR's
-    ``log N(y | 0, Q_ff + σ²I)`` in O(NM²) (eq. (17) of [2] with Λ = 0)."""
-    X, y, noise, Z, _ = check_regression_inputs(X, y, noise, Z)
-    check_kernel(kernel, X.shape[1])
+    ``log N(y | 0, Q_ff + σ²I)`` in O(NM²) (eq. (17) of [2] with Λ = 0;
+    :func:`bayes_rbfn.gp.parallel.sor_factor`)."""
+    X, y, noise, Z, _, jitter = check_regression_inputs(X, y, noise, Z, kernel=kernel, jitter=jitter)
     if Z is None:
         value = exact_log_marginal(kernel, X, y, noise)
     else:
-        value = sor_factor(kernel, X, y, Z, noise, jitter)[0].log_marginal_likelihood()
+        value = parallel.sor_factor(kernel, X, y, Z, noise, jitter).log_marginal_likelihood()
     raise_if_not_finite(value, "log_marginal_likelihood")
     return value
 
@@ -369,16 +400,16 @@ def log_marginal_likelihood(
 def loo_log_density(
     kernel: Kernel, X: Any, y: Any, noise: Any, Z: Any = None, jitter: float | None = None
 ) -> jax.Array:
-    """Leave-one-out conditionals log p(y_i | y_−i), shape (N,): exact GP when Z is None, else SoR in O(NM²).
+    """Leave-one-out conditionals log p(y_i | y_−i), shape (N,): exact GP when Z is None, else SoR in O(NM²)
+    (:func:`bayes_rbfn.gp.parallel.sor_loo`).
 
     These are what the models store as ``log_likelihood`` for PSIS-LOO (DESIGN §6; [4]).
     """
-    X, y, noise, Z, _ = check_regression_inputs(X, y, noise, Z)
-    check_kernel(kernel, X.shape[1])
+    X, y, noise, Z, _, jitter = check_regression_inputs(X, y, noise, Z, kernel=kernel, jitter=jitter)
     if Z is None:
         value = exact_loo(kernel, X, y, noise)
     else:
-        factor, Kuf = sor_factor(kernel, X, y, Z, noise, jitter)
-        value = woodbury_loo(factor, Kuf, y, noise**2)
+        factor = parallel.sor_factor(kernel, X, y, Z, noise, jitter)
+        value = parallel.sor_loo(factor, kernel, Z, X, y, noise**2)
     raise_if_not_finite(value, "loo_log_density")
     return value

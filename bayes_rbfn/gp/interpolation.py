@@ -52,7 +52,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayes_rbfn.gp import linalg
+from bayes_rbfn.gp import linalg, parallel
+from bayes_rbfn.gp.conditional import check_kernel, raise_if_not_finite
 from bayes_rbfn.gp.kernels import Kernel, as_2d, safe_sqrt, scaled_sqdist
 from bayes_rbfn.gp.validation import check_X, check_y, count_distinct_rows, is_concrete
 
@@ -190,11 +191,6 @@ def _evaluate(interp: Interpolant, Y: jax.Array) -> jax.Array:
     return value
 
 
-def _check_kernel(kernel: Any) -> None:
-    if not isinstance(kernel, Kernel):
-        raise ValueError(f"kernel: expected a bayes_rbfn.gp.kernels.Kernel, got {type(kernel).__name__}")
-
-
 def _check_distinct(X: jax.Array) -> None:
     if is_concrete(X):
         distinct = count_distinct_rows(X)
@@ -202,11 +198,6 @@ def _check_distinct(X: jax.Array) -> None:
             raise ValueError(
                 f"X: has {X.shape[0] - distinct} duplicate point(s); interpolation nodes must be distinct"
             )
-
-
-def _raise_if_not_finite(value: jax.Array, what: str, hint: str) -> None:
-    if is_concrete(value) and not np.all(np.isfinite(np.asarray(value))):
-        raise linalg.FactorisationError(f"{what}: {hint}")
 
 
 def interpolate(
@@ -238,11 +229,11 @@ def interpolate(
             unisolvent for the tail (P without full column rank, e.g. collinear points in 2-D for a
             linear tail). :class:`bayes_rbfn.gp.linalg.FactorisationError` if K_XX cannot be factorised.
     """
-    _check_kernel(kernel)
     with jax.ensure_compile_time_eval():
         X = check_X(X, "X")
         f = check_y(f, X.shape[0], "f")
         _check_distinct(X)
+    check_kernel(kernel, X.shape[1])
     N, D = X.shape
     polyharmonic = isinstance(kernel, Polyharmonic)
     if degree is None and polyharmonic:
@@ -258,9 +249,8 @@ def interpolate(
         degree = int(degree)
 
     if degree is None:
-        jit_rel = linalg.default_jitter(jnp.result_type(X.dtype, float)) if jitter is None else jitter
-        interp = _interpolate_pd(kernel, X, f, jit_rel)
-        _raise_if_not_finite(
+        interp = _interpolate_pd(kernel, X, f, jitter)
+        raise_if_not_finite(
             interp.coef,
             "interpolate",
             "K_XX could not be factorised (not positive definite to working precision); the nodes may "
@@ -279,7 +269,7 @@ def interpolate(
                 f"dimension(s): the tail matrix P ({N}×{Q}) has rank {rank} < {Q} (e.g. collinear "
                 "points in 2-D for a linear tail); add nodes in general position or lower the degree"
             )
-    _raise_if_not_finite(
+    raise_if_not_finite(
         jnp.concatenate([interp.coef, interp.tail]),
         "interpolate",
         "the saddle-point system is singular to working precision; check for nearly coincident "
@@ -296,7 +286,7 @@ def _tail_coordinates(X: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 @partial(jax.jit, static_argnames=("jitter",))
-def _interpolate_pd(kernel: Kernel, X: jax.Array, f: jax.Array, jitter: float) -> Interpolant:
+def _interpolate_pd(kernel: Kernel, X: jax.Array, f: jax.Array, jitter: float | None) -> Interpolant:
     K = kernel(X, X)
     L = linalg.cholesky(K, jitter=jitter)
     coef = linalg.cho_solve(L, f)
@@ -329,8 +319,9 @@ def power_function(kernel: Kernel, X: Any, Y: Any, jitter: float | None = 0.0) -
 
     It is the noise-free GP posterior standard deviation at y given exact values at X, and bounds the
     interpolation error: ``|f(y) − f̂(y)| ≤ P_X(y) sqrt(‖f‖²_H − ‖f̂‖²_H)``. Computed as
-    ``k(y, y) − ‖L⁻¹ k_Xy‖²`` with ``L Lᵀ = K_XX``; rounding can make this slightly negative near the
-    nodes, so it is clamped at 0 before the square root.
+    ``k(y, y) − ‖L⁻¹ k_Xy‖²`` with ``L Lᵀ = K_XX``: the Nyström residual diag(K_** − Q_**) with the nodes
+    as inducing inputs (:func:`bayes_rbfn.gp.parallel.nystrom_residual`; DESIGN §3.3), whose clamp at 0
+    keeps rounding near the nodes from making it negative before the square root.
 
     Args:
         kernel: a positive-definite kernel (not :class:`Polyharmonic`).
@@ -341,7 +332,6 @@ def power_function(kernel: Kernel, X: Any, Y: Any, jitter: float | None = 0.0) -
     Returns:
         P_X(Y), shape (S,).
     """
-    _check_kernel(kernel)
     if isinstance(kernel, Polyharmonic):
         raise ValueError(
             "kernel: the power function here is for positive-definite kernels; "
@@ -351,19 +341,18 @@ def power_function(kernel: Kernel, X: Any, Y: Any, jitter: float | None = 0.0) -
         X = check_X(X, "X")
         Y = check_X(Y, "Y", dim=X.shape[1])
         _check_distinct(X)
-    jit_rel = linalg.default_jitter(jnp.result_type(X.dtype, float)) if jitter is None else jitter
-    p2 = _power_function_squared(kernel, X, Y, jit_rel)
-    _raise_if_not_finite(
+    check_kernel(kernel, X.shape[1])
+    p2 = _power_function_squared(kernel, X, Y, jitter)
+    raise_if_not_finite(
         p2, "power_function", "K_XX could not be factorised (not positive definite to working precision)"
     )
-    return jnp.sqrt(jnp.maximum(p2, 0.0))
+    return jnp.sqrt(p2)
 
 
 @partial(jax.jit, static_argnames=("jitter",))
-def _power_function_squared(kernel: Kernel, X: jax.Array, Y: jax.Array, jitter: float) -> jax.Array:
-    L = linalg.cholesky(kernel(X, X), jitter=jitter)
-    W = linalg.solve_lower(L, kernel(X, Y))
-    return kernel.diag(Y) - jnp.sum(W * W, axis=0)
+def _power_function_squared(kernel: Kernel, X: jax.Array, Y: jax.Array, jitter: float | None) -> jax.Array:
+    # P_X(y)² is the Nyström residual of the nodes X: k(y, y) − ‖L⁻¹ k_Xy‖² with L Lᵀ = K_XX, clamped at 0.
+    return parallel.nystrom_residual(kernel, X, linalg.cholesky(kernel(X, X), jitter=jitter), Y)
 
 
 def native_norm(interpolant: Interpolant) -> jax.Array:

@@ -17,20 +17,13 @@ so that (matrix determinant lemma and Woodbury identity)
 
 B has every eigenvalue ≥ 1, so its Cholesky factor cannot fail however small the noise (the argument
 numpyro's ``LowRankMultivariateNormal`` makes for its capacitance matrix). Only the M×M sums AAᵀ and
-A D^-½ y (A = L_uu⁻¹ K_uf D^-½) need a pass over the data; they are plain sums over data points, so the
-path is trivially data-parallel (the sums shard over devices). Two ways to take them:
-
-* :func:`whitened_stats` (default) solves L_uu A = K_uf D^-½ against all N columns first, so rounding
-  grows only with √cond(K_uu): the identities of DESIGN §3 hold to ~1e-12 even for close inducing inputs;
-* :func:`fast_stats` forms K_uf D⁻¹ K_fu with one GEMM and whitens the M×M result: no N-column
-  triangular solve (the floor of any exact SoR likelihood), but rounding grows with cond(K_uu).
-
-:mod:`bayes_rbfn.gp.parallel` takes the same sums without forming K_uf — streamed over cache-sized chunks,
-whitened by a product with L_uu⁻¹, with a hand-written reverse pass, sharded over devices — and passes them
-here through ``stats=``; the ``sor`` model uses it.
+A D^-½ y (A = L_uu⁻¹ K_uf D^-½), yᵀD⁻¹y and Σ log d need a pass over the data: plain sums over data
+points, which :func:`bayes_rbfn.gp.parallel.woodbury_stats` takes in the package's one streamed (and
+shardable) pass and hands to :func:`woodbury`. A problem small enough to form K_uf is one chunk of that
+pass; the dense forms of the sums live on only as test references (tests/reference.py).
 
 Jitter policy (DESIGN §5): a failed or ill-conditioned Cholesky of a kernel matrix is prevented by
-adding ``jitter · mean(diag K)`` to its diagonal, with ``jitter`` set by the dtype
+adding ``jitter · mean(diag K)`` to its diagonal (:func:`add_jitter`), with ``jitter`` set by the dtype
 (:data:`JITTER`). Pass ``jitter=0.0`` to factorise the matrix as it is.
 
 Inside traced code a failed factorisation shows up as NaN; :func:`finite_or_neg_inf` turns a log
@@ -42,6 +35,10 @@ References
 [1] Titsias, M. (2009). Variational learning of inducing variables in sparse Gaussian processes. AISTATS.
 [2] Quiñonero-Candela, J. & Rasmussen, C. E. (2005). A unifying view of sparse approximate Gaussian
     process regression. JMLR 6, 1939–1959.
+[3] Rasmussen, C. E. & Williams, C. K. I. (2006). *Gaussian Processes for Machine Learning*. MIT Press.
+    Eqs. (5.10)–(5.12) (LOO).
+[4] Bürkner, P.-C., Gabry, J. & Vehtari, A. (2020). Efficient leave-one-out cross-validation for Bayesian
+    non-factorized normal and Student-t models. Computational Statistics.
 """
 
 from __future__ import annotations
@@ -57,16 +54,16 @@ __all__ = [
     "JITTER",
     "FactorisationError",
     "Woodbury",
+    "add_jitter",
     "cho_solve",
     "cholesky",
     "default_jitter",
-    "fast_stats",
     "finite_or_neg_inf",
     "gaussian_logpdf_from_chol",
     "logdet_from_chol",
+    "loo_from_precision",
     "solve_lower",
     "solve_upper",
-    "whitened_stats",
     "woodbury",
 ]
 
@@ -85,8 +82,26 @@ def default_jitter(dtype: Any) -> float:
     return JITTER.get(jnp.dtype(dtype), JITTER[jnp.dtype("float32")])
 
 
+def add_jitter(K: jax.Array, jitter: float | None = None) -> jax.Array:
+    """``K + jitter · mean(diag K) · I``: the jitter policy, the only place it is written.
+
+    Args:
+        K: symmetric matrix, shape (M, M).
+        jitter: relative jitter; ``None`` applies the policy for ``K.dtype`` (:func:`default_jitter`),
+            ``0.0`` none (K is returned as it is).
+
+    Returns:
+        The jittered matrix, shape (M, M).
+    """
+    jitter = default_jitter(K.dtype) if jitter is None else jitter
+    if not jitter:
+        return K
+    scale = jnp.mean(jnp.diagonal(K))
+    return K + (jitter * scale) * jnp.eye(K.shape[-1], dtype=K.dtype)
+
+
 def cholesky(K: jax.Array, jitter: float | None = None) -> jax.Array:
-    """Lower Cholesky factor of ``K + jitter · mean(diag K) · I``.
+    """Lower Cholesky factor of ``K + jitter · mean(diag K) · I`` (:func:`add_jitter`).
 
     Args:
         K: symmetric positive (semi-)definite matrix, shape (M, M).
@@ -95,11 +110,7 @@ def cholesky(K: jax.Array, jitter: float | None = None) -> jax.Array:
     Returns:
         L, shape (M, M), lower triangular; NaN-filled when the factorisation fails.
     """
-    jitter = default_jitter(K.dtype) if jitter is None else jitter
-    if jitter:
-        scale = jnp.mean(jnp.diagonal(K))
-        K = K + (jitter * scale) * jnp.eye(K.shape[-1], dtype=K.dtype)
-    return jnp.linalg.cholesky(K)
+    return jnp.linalg.cholesky(add_jitter(K, jitter))
 
 
 def solve_lower(L: jax.Array, B: jax.Array) -> jax.Array:
@@ -125,6 +136,19 @@ def logdet_from_chol(L: jax.Array) -> jax.Array:
 def finite_or_neg_inf(logp: jax.Array) -> jax.Array:
     """Map a NaN/±inf log density (a failed factorisation) to -inf, so NUTS rejects the step."""
     return jnp.where(jnp.isfinite(logp), logp, -jnp.inf)
+
+
+def loo_from_precision(precision_diag: jax.Array, precision_y: jax.Array) -> jax.Array:
+    """log p(y_i | y_−i) for y ~ N(0, C) from diag(C⁻¹) and C⁻¹y, shape (N,).
+
+    The conditional is N(y_i − [C⁻¹y]_i / [C⁻¹]_ii, 1 / [C⁻¹]_ii) (eqs. (5.10)–(5.12) of [3]; [4]). Every
+    LOO conditional of the package (exact GP, and the SoR family's through
+    :func:`bayes_rbfn.gp.parallel.sor_loo`) is this formula.
+
+    Args:
+        precision_diag: diag(C⁻¹), shape (N,). precision_y: C⁻¹y, shape (N,).
+    """
+    return 0.5 * (jnp.log(precision_diag) - _LOG_2PI) - 0.5 * precision_y**2 / precision_diag
 
 
 def gaussian_logpdf_from_chol(L: jax.Array, r: jax.Array) -> jax.Array:
@@ -157,15 +181,6 @@ class Woodbury(NamedTuple):
         """log N(y | 0, C) = −½ (yᵀC⁻¹y + log|C| + N log 2π)."""
         return -0.5 * (self.quad + self.logdet + self.n * _LOG_2PI)
 
-    def project(self, Kuv: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """For cross-covariances K_uv (M, S): (L_uu⁻¹ K_uv, L_B⁻¹ L_uu⁻¹ K_uv), both (M, S).
-
-        ‖first‖² per column is Q_vv's diagonal; ‖second‖² per column is the posterior variance
-        K_vu Σ K_uv of the RBFN weights' image, Σ = (K_uu + K_uf D⁻¹ K_fu)⁻¹.
-        """
-        whitened = solve_lower(self.Luu, Kuv)
-        return whitened, solve_lower(self.LB, whitened)
-
     def weight_mean(self) -> jax.Array:
         """Posterior mean of the RBFN weights, Σ K_uf D⁻¹ y = L_uu⁻ᵀ L_B⁻ᵀ c, shape (M,)."""
         return solve_upper(self.Luu, solve_upper(self.LB, self.c))
@@ -175,67 +190,24 @@ class Woodbury(NamedTuple):
         return solve_lower(self.LB, solve_lower(self.Luu, jnp.eye(self.Luu.shape[0], dtype=self.Luu.dtype)))
 
 
-def woodbury(
-    Luu: jax.Array,
-    Kuf: jax.Array,
-    y: jax.Array,
-    d: jax.Array,
-    *,
-    fast: bool = False,
-    n: Any = None,
-    stats: tuple | None = None,
-) -> Woodbury:
-    """Factorise C = K_fu K_uu⁻¹ K_uf + diag(d) for the data vector y, in O(NM² + M³).
+def woodbury(Luu: jax.Array, stats: tuple, n: Any) -> Woodbury:
+    """Factorise C = K_fu K_uu⁻¹ K_uf + diag(d) from its data sums, in O(M³).
 
     Args:
         Luu: (M, M) Cholesky factor of K_uu (see :func:`cholesky`).
-        Kuf: (M, N) cross-covariance k(Z, X).
-        y: (N,) data (already centred if the model has a mean).
-        d: (N,) or scalar, the diagonal part (σ² for SoR/DTC; σ² + K_ff − Q_ff for FITC).
-        fast: take the data sums with :func:`fast_stats` (one GEMM pass) instead of
-            :func:`whitened_stats` (a triangular solve first; better conditioned). See the module docstring.
-        n: the number of data points counted in the 2π term (default N; masked layouts pass fewer).
-        stats: precomputed whitened sums (AAᵀ, A D^-½ y, yᵀD⁻¹y, Σ log d), e.g. reduced across devices;
-            when given, Kuf and y are not read.
+        stats: the whitened sums (AAᵀ (M, M), A D^-½ y (M,), yᵀD⁻¹y, Σ log d) with A = L_uu⁻¹ K_uf D^-½,
+            from the streamed pass :func:`bayes_rbfn.gp.parallel.woodbury_stats` (reduced across devices
+            when sharded).
+        n: the number of data points counted in the 2π term (N; masked layouts count fewer).
 
     Returns:
         A :class:`Woodbury` from which the log marginal likelihood, LOO conditionals, weight
         posterior and predictive moments follow.
     """
-    if stats is None:
-        stats = (fast_stats if fast else whitened_stats)(Luu, Kuf, y, d)
     AAt, Ay, yDy, logdet_d = stats
-    n = Kuf.shape[-1] if n is None else n
     B = AAt + jnp.eye(Luu.shape[0], dtype=AAt.dtype)
     LB = jnp.linalg.cholesky(B)
     c = solve_lower(LB, Ay)
     logdet = logdet_d + logdet_from_chol(LB)
     quad = yDy - jnp.sum(c * c)
     return Woodbury(Luu=Luu, LB=LB, c=c, logdet=logdet, quad=quad, n=n)
-
-
-def _diag_like(Kuf: jax.Array, d: jax.Array) -> jax.Array:
-    # d takes the data's dtype: a weakly typed σ² (a Python float) must not turn Σ log d into float64
-    # for float32 data (jnp.sum drops weak typing).
-    return jnp.broadcast_to(jnp.asarray(d, dtype=jnp.result_type(Kuf, d)), (Kuf.shape[-1],))
-
-
-def whitened_stats(Luu: jax.Array, Kuf: jax.Array, y: jax.Array, d: jax.Array) -> tuple:
-    """Data sums of :func:`woodbury` through A = L_uu⁻¹ K_uf D^-½ (M, N): (AAᵀ, A D^-½ y, yᵀD⁻¹y, Σ log d).
-
-    The triangular solve against all N columns comes first, so rounding grows with √cond(K_uu)
-    (GPflow's SGPR and Titsias (2009) do the same). Every term is a sum over data points.
-    """
-    d = _diag_like(Kuf, d)
-    root_d = jnp.sqrt(d)
-    A = solve_lower(Luu, Kuf) / root_d
-    return A @ A.T, A @ (y / root_d), jnp.sum(y * y / d), jnp.sum(jnp.log(d))
-
-
-def fast_stats(Luu: jax.Array, Kuf: jax.Array, y: jax.Array, d: jax.Array) -> tuple:
-    """Data sums of :func:`woodbury` from one GEMM pass: K_uf D⁻¹ K_fu and K_uf D⁻¹ y, whitened afterwards
-    on M×M matrices. Fastest (no N-column triangular solve), but rounding grows with cond(K_uu)."""
-    d = _diag_like(Kuf, d)
-    KufD = Kuf / d
-    AAt = solve_lower(Luu, solve_lower(Luu, KufD @ Kuf.T).T).T
-    return 0.5 * (AAt + AAt.T), solve_lower(Luu, KufD @ y), jnp.sum(y * y / d), jnp.sum(jnp.log(d))

@@ -5,20 +5,29 @@ Every SoR-family formula needs the data only through the sums of :func:`bayes_rb
 
     AAᵀ = Σ_n ω_n a_n a_nᵀ (M×M),   A D^-½ y = Σ_n ω_n y_n a_n (M),   yᵀD⁻¹y,   Σ_n log d_n.
 
-This module takes those sums in one pass, as close to the machine's floor as the whitened form allows:
+This module is the one pass over the data (or the test inputs) for every formula of the family, and
+the one home of each: the Woodbury factor of C = Q_ff + diag(d) (:func:`woodbury_factor`; SoR's
+:func:`sor_factor`), the LOO conditionals (:func:`sor_loo`), the SoR predictive moments
+(:func:`weight_space_moments`, streamed by :func:`sor_moments`) and the prior variance the Nyström
+covariance drops, diag(K_ff − Q_ff) (:func:`nystrom_residual`). A problem small enough to form K_uf is
+one chunk of the same pass; :mod:`~bayes_rbfn.gp.conditional` and :mod:`~bayes_rbfn.gp.sparse` call these
+functions, and the models call them through those modules. It takes the sums as close to the machine's
+floor as the whitened form allows:
 
 * **Streamed.** The data are cut into chunks of C points (C·M·8 bytes ≈ 1 MiB, cache-sized); K_uc (M×C)
   is formed, used and dropped chunk by chunk inside a ``lax.scan``, so memory is O(MC + M²) whatever N,
   nothing of size N×M is ever materialised, and the cost is linear in N down to small N.
 * **Whitened by GEMM.** a_c = W K_uc with W = L_uu⁻¹ (M×M, a triangular solve against I once per
   evaluation, O(M³), as :meth:`~bayes_rbfn.gp.linalg.Woodbury.weight_cov_factor` already does). The
-  N-column triangular solve of :func:`~bayes_rbfn.gp.linalg.whitened_stats` becomes a matrix product, which
-  XLA's CPU runtime runs several times faster per flop than a triangular solve, with the same forward error
-  (~ε·cond(L_uu)); tests/test_parallel.py checks it against the triangular-solve path and a long-double
-  reference. Whitening *before* the sum is what keeps the result accurate: forming K_uf D⁻¹ K_fu first
-  (``fast=True``, :func:`~bayes_rbfn.gp.linalg.fast_stats`) saves one of the two products but loses digits in
+  N-column triangular solve L_uu A = K_uf becomes a matrix product, which XLA's CPU runtime runs several
+  times faster per flop than a triangular solve, with the same forward error (~ε·cond(L_uu));
+  tests/test_parallel.py checks it against the triangular-solve path (its dense reference) and a
+  long-double reference. Whitening *before* the sum is what keeps the result accurate: forming
+  K_uf D⁻¹ K_fu first (``fast=True``) saves one of the two products but loses digits in
   proportion to cond(K_uu), which the jitter floor puts at ~1e10 for the usual dense inducing inputs:
   errors of O(1) in the log density at N = 20,000, NaN for small noise (benchmarks/README.md).
+* **Masked layouts.** A ``mask`` (N,) of real points gives padded points weight ω = 0 and no share of
+  Σ log d or of the 2π term, so batched groups of unequal size (the ``grouped`` model) share the pass.
 * **A hand-written reverse pass.** The backward pass recomputes K_uc chunk by chunk instead of storing
   it, and needs two products per chunk, from ∂f/∂K_uc = ω · Wᵀ (G_s W K_uc + g yᵀ) with G_s = G + Gᵀ
   (G, g the cotangents of AAᵀ and A D^-½ y); the cotangent of L_uu follows from M×M quantities alone,
@@ -46,6 +55,10 @@ References
 [1] Titsias, M. (2009). Variational learning of inducing variables in sparse Gaussian processes. AISTATS.
 [2] Higham, N. J. (2002). *Accuracy and Stability of Numerical Algorithms*, 2nd ed., §8 (triangular
     systems: the forward error of a triangular solve and of multiplication by a computed inverse).
+[3] Quiñonero-Candela, J. & Rasmussen, C. E. (2005). A unifying view of sparse approximate Gaussian
+    process regression. JMLR 6, 1939–1959. Eq. (16) (SoR predictive).
+[4] Bürkner, P.-C., Gabry, J. & Vehtari, A. (2020). Efficient leave-one-out cross-validation for Bayesian
+    non-factorized normal and Student-t models. Computational Statistics.
 """
 
 from __future__ import annotations
@@ -68,11 +81,12 @@ __all__ = [
     "DATA_AXIS",
     "chunk_size_for",
     "data_mesh",
-    "nystrom_variance",
+    "nystrom_residual",
     "shard_data",
     "sor_factor",
     "sor_loo",
     "sor_moments",
+    "weight_space_moments",
     "woodbury_factor",
     "woodbury_stats",
 ]
@@ -360,6 +374,14 @@ def _streamed(fast: bool, C: int, mesh: Mesh | None) -> Callable:
     return f
 
 
+def _weights(d: Any, y: jax.Array, mask: jax.Array | None, dtype: Any) -> tuple[jax.Array, jax.Array]:
+    """(ω = 1/d per point, zero where ``mask`` is False; Σ log d over the real points)."""
+    d = jnp.broadcast_to(jnp.asarray(d, dtype=dtype), y.shape)
+    if mask is None:
+        return 1.0 / d, jnp.sum(jnp.log(d))
+    return jnp.where(mask, 1.0 / d, 0.0), jnp.sum(jnp.where(mask, jnp.log(d), 0.0))
+
+
 def woodbury_stats(
     kernel: Kernel,
     Z: jax.Array,
@@ -368,6 +390,7 @@ def woodbury_stats(
     d: Any,
     Luu: jax.Array,
     *,
+    mask: jax.Array | None = None,
     fast: bool = False,
     chunk_size: int | None = None,
     mesh: Mesh | None = None,
@@ -375,47 +398,27 @@ def woodbury_stats(
     """The data sums of :func:`bayes_rbfn.gp.linalg.woodbury` for C = Q_ff + diag(d), in one streamed pass.
 
     Returns ``(AAᵀ, A D^-½ y, yᵀD⁻¹y, Σ log d)`` with A = L_uu⁻¹ K_uf D^-½, ready for
-    ``linalg.woodbury(Luu, None, None, None, stats=..., n=N)``; equal to
-    :func:`~bayes_rbfn.gp.linalg.whitened_stats` (or :func:`~bayes_rbfn.gp.linalg.fast_stats` with ``fast``)
-    up to rounding, without forming K_uf. Differentiable (a hand-written reverse pass; see the module
-    docstring) in the kernel hyperparameters, Z, L_uu, X, y and d.
+    ``linalg.woodbury(Luu, stats, n=N)``, without forming K_uf. Differentiable (a hand-written reverse
+    pass; see the module docstring) in the kernel hyperparameters, Z, L_uu, X, y and d.
 
     Args:
         kernel: covariance function. Z: (M, D) inducing inputs. X: (N, D) inputs. y: (N,) targets.
         d: scalar (σ² for SoR/DTC) or (N,) diagonal part (FITC).
         Luu: (M, M) Cholesky factor of K_uu (see :func:`bayes_rbfn.gp.linalg.cholesky`).
+        mask: (N,) booleans, False at padded points, which then add nothing to any sum.
         fast: take the products before whitening (one product per chunk fewer; ill-conditioned).
         chunk_size: data points per chunk (default :func:`chunk_size_for`).
         mesh: shard the pass over the ``"data"`` axis of this mesh (see :func:`data_mesh`).
     """
     C = chunk_size or chunk_size_for(Z.shape[0], Luu.dtype)
     d = jnp.asarray(d, dtype=jnp.result_type(Luu, d))
-    per_point = d.ndim > 0
-    w = 1.0 / jnp.broadcast_to(d, y.shape) if per_point else None
+    if d.ndim == 0 and mask is None:
+        # One weight for every point: the sums are taken unweighted and divided once.
+        AAt, Ay = _streamed(bool(fast), int(C), mesh)(kernel, Z, Luu, X, y, None)
+        return AAt / d, Ay / d, jnp.sum(y * y) / d, y.shape[0] * jnp.log(d)
+    w, logdet_d = _weights(d, y, mask, d.dtype)
     AAt, Ay = _streamed(bool(fast), int(C), mesh)(kernel, Z, Luu, X, y, w)
-    if per_point:
-        return AAt, Ay, jnp.sum(y * y * w), jnp.sum(jnp.log(d))
-    return AAt / d, Ay / d, jnp.sum(y * y) / d, y.shape[0] * jnp.log(d)
-
-
-def sor_factor(
-    kernel: Kernel,
-    X: jax.Array,
-    y: jax.Array,
-    Z: jax.Array,
-    noise: jax.Array,
-    jitter: float | None = None,
-    *,
-    fast: bool = False,
-    chunk_size: int | None = None,
-    mesh: Mesh | None = None,
-) -> linalg.Woodbury:
-    """The Woodbury factorisation of Q_ff + σ²I (as :func:`bayes_rbfn.gp.conditional.sor_factor`), streamed.
-
-    K_uf is never formed; the factor is the same up to rounding.
-    """
-    Luu = linalg.cholesky(kernel(Z, Z), jitter)
-    return woodbury_factor(kernel, Z, X, y, noise**2, Luu, fast=fast, chunk_size=chunk_size, mesh=mesh)
+    return AAt, Ay, jnp.sum(y * y * w), logdet_d
 
 
 def woodbury_factor(
@@ -426,20 +429,52 @@ def woodbury_factor(
     d: Any,
     Luu: jax.Array,
     *,
+    mask: jax.Array | None = None,
     fast: bool = False,
     chunk_size: int | None = None,
     mesh: Mesh | None = None,
 ) -> linalg.Woodbury:
-    """The Woodbury factorisation of C = Q_ff + diag(d) from one streamed pass (:func:`woodbury_stats`).
+    """The Woodbury factorisation of C = Q_ff + diag(d) for data y: the one factor of the SoR family.
 
-    ``d`` is σ² (SoR, DTC, VFE: :func:`sor_factor`) or FITC's (N,) σ² + diag(K_ff − Q_ff).
+    ``d`` is σ² (SoR, DTC, VFE: :func:`sor_factor`), FITC's (N,) Λ = σ² + diag(K_ff − Q_ff), or any
+    positive diagonal (the BLR evidence's 1/β with L_uu = √α I). Also the factorisation of the RBFN weight
+    posterior α | y ~ N(Σ K_uf D⁻¹ y, Σ), Σ = (K_uf D⁻¹ K_fu + K_uu)⁻¹ (DESIGN §3.2), since
+    K_uu + K_uf D⁻¹ K_fu = L_uu L_B L_Bᵀ L_uuᵀ. The data sums come from one streamed pass
+    (:func:`woodbury_stats`, arguments as there); K_uf is never formed. With ``mask`` the 2π term counts
+    only the real points.
     """
-    stats = woodbury_stats(kernel, Z, X, y, d, Luu, fast=fast, chunk_size=chunk_size, mesh=mesh)
-    return linalg.woodbury(Luu, None, None, None, stats=stats, n=X.shape[0])
+    stats = woodbury_stats(kernel, Z, X, y, d, Luu, mask=mask, fast=fast, chunk_size=chunk_size, mesh=mesh)
+    n = X.shape[0] if mask is None else jnp.sum(mask)
+    return linalg.woodbury(Luu, stats, n=n)
+
+
+def sor_factor(
+    kernel: Kernel,
+    X: jax.Array,
+    y: jax.Array,
+    Z: jax.Array,
+    noise: jax.Array,
+    jitter: float | None = None,
+    *,
+    mask: jax.Array | None = None,
+    fast: bool = False,
+    chunk_size: int | None = None,
+    mesh: Mesh | None = None,
+) -> linalg.Woodbury:
+    """The Woodbury factorisation of SoR's Q_ff + σ²I for y (:func:`woodbury_factor` with d = σ²).
+
+    K_uu is factorised with the jitter policy of :func:`bayes_rbfn.gp.linalg.cholesky` (``jitter``:
+    relative jitter, ``None`` the policy). DTC's and VFE's training prior is SoR's, so this is their
+    factor too ([3] §5).
+    """
+    Luu = linalg.cholesky(kernel(Z, Z), jitter)
+    return woodbury_factor(
+        kernel, Z, X, y, noise**2, Luu, mask=mask, fast=fast, chunk_size=chunk_size, mesh=mesh
+    )
 
 
 # --------------------------------------------------------------------------------------------------
-# Per-point outputs: LOO conditionals and predictive moments, streamed and sharded the same way
+# Per-point outputs: LOO conditionals, predictive moments and the Nyström residual, streamed and sharded
 
 
 def sor_loo(
@@ -450,33 +485,66 @@ def sor_loo(
     y: jax.Array,
     d: Any,
     *,
+    mask: jax.Array | None = None,
     chunk_size: int | None = None,
     mesh: Mesh | None = None,
 ) -> jax.Array:
-    """LOO conditionals log p(y_i | y_−i) for C = Q_ff + diag(d), shape (N,), streamed in O(NM²).
+    """LOO conditionals log p(y_i | y_−i) for y ~ N(0, C), C = Q_ff + diag(d), shape (N,), in O(NM²) ([4]).
 
-    As :func:`bayes_rbfn.gp.conditional.woodbury_loo`: C⁻¹ = D⁻¹ − VᵀV, V = R K_uf D⁻¹, R = L_B⁻¹ L_uu⁻¹.
+    C⁻¹ = D⁻¹ − VᵀV with V = R K_uf D⁻¹ and R = L_B⁻¹ L_uu⁻¹ (Woodbury identity), so
+    diag(C⁻¹) = 1/d − ‖V_:i‖² and C⁻¹y = y/d − Vᵀc; then
+    :func:`bayes_rbfn.gp.linalg.loo_from_precision`. Streamed over chunks of X like the sums.
+
+    Args:
+        factor: the :class:`~bayes_rbfn.gp.linalg.Woodbury` of C for y (:func:`woodbury_factor`).
+        kernel, Z, X, y, d, mask: as given to :func:`woodbury_factor`. Padded points (``mask`` False)
+            get the value 0.
+        chunk_size, mesh: as :func:`woodbury_stats`.
     """
-    from bayes_rbfn.gp.conditional import loo_from_precision
-
     C = chunk_size or chunk_size_for(Z.shape[0], factor.Luu.dtype)
     R = factor.weight_cov_factor()
-    w = 1.0 / jnp.broadcast_to(jnp.asarray(d, dtype=R.dtype), y.shape)
+    w, _ = _weights(d, y, mask, R.dtype)
 
     def local(shared, X, y, w, n_blocks, per_block, C_eff):
         kernel, Z, R, c = shared
 
         def body(carry, x, yc, wc):
             V = (R @ kernel(Z, x)) * wc
-            return carry, loo_from_precision(wc - jnp.sum(V * V, axis=0), yc * wc - V.T @ c)
+            return carry, linalg.loo_from_precision(wc - jnp.sum(V * V, axis=0), yc * wc - V.T @ c)
 
         # The block layout of the sums (nothing is summed here: a zero per block), so that every point
         # sits in the same chunk on one device and on several: the precision wc − ‖v‖² cancels, and
         # other chunk shapes alone would move it at the 1e-10 level for large N.
         return _blocked(body, jnp.zeros((), R.dtype), n_blocks, per_block, C_eff, X, y, w)
 
-    # Padded points have ω = 0 (their values, cut off, are not finite).
-    return _summed_over_data(local, mesh, X.shape[0], C)((kernel, Z, R, factor.c), X, y, w)[1]
+    # Padded points have ω = 0 (their values, cut off or masked, are not finite).
+    loo = _summed_over_data(local, mesh, X.shape[0], C)((kernel, Z, R, factor.c), X, y, w)[1]
+    return loo if mask is None else jnp.where(mask, loo, 0.0)
+
+
+def weight_space_moments(
+    R: jax.Array, weights: jax.Array, Kus: jax.Array, full_cov: bool = False
+) -> tuple[jax.Array, jax.Array, jax.Array | None]:
+    """Moments of f* = K_*u α under the RBFN weight posterior α | y ~ N(weights, RᵀR): SoR's predictive.
+
+    mean = K_*u m, cov = (R K_u*)ᵀ (R K_u*) = K_*u Σ K_u* with m = Σ K_uf D⁻¹ y and Σ = RᵀR
+    (DESIGN §3.2; eq. (16) of [3]); equal to the function-space form Q_*f (Q_ff + σ²I)⁻¹ y,
+    Q_** − Q_*f (Q_ff + σ²I)⁻¹ Q_f*.
+
+    Args:
+        R: (M, M) factor of the weights' posterior covariance
+            (:meth:`~bayes_rbfn.gp.linalg.Woodbury.weight_cov_factor`). weights: m, shape (M,).
+        Kus: (M, S) cross-covariances k(Z, X_test). full_cov: also return the (S, S) covariance.
+
+    Returns:
+        (mean (S,), var (S,), cov (S, S) or None).
+    """
+    V = R @ Kus
+    mean = Kus.T @ weights
+    if full_cov:
+        cov = V.T @ V
+        return mean, jnp.diagonal(cov), cov
+    return mean, jnp.sum(V * V, axis=0), None
 
 
 def sor_moments(
@@ -488,10 +556,10 @@ def sor_moments(
     chunk_size: int | None = None,
     mesh: Mesh | None = None,
 ) -> tuple[jax.Array, jax.Array]:
-    """SoR predictive moments of the latent f* (as :func:`bayes_rbfn.gp.conditional.sor_predict`, marginal).
+    """SoR predictive moments of the latent f* (:func:`weight_space_moments`), streamed over test points.
 
-    mean = K_*u m, var = ‖R k_u(x*)‖² with m = Σ K_uf D⁻¹ y and R = L_B⁻¹ L_uu⁻¹ (Σ = RᵀR), streamed over
-    chunks of test points: memory O(M·C) per draw whatever the number of test points.
+    mean = K_*u m, var = ‖R k_u(x*)‖², with m and R = L_B⁻¹ L_uu⁻¹ from ``factor``: memory O(M·C) per
+    draw whatever the number of test points. Returns (mean (S,), var (S,)).
     """
     C = chunk_size or chunk_size_for(Z.shape[0], factor.Luu.dtype)
 
@@ -499,9 +567,7 @@ def sor_moments(
         kernel, Z, R, mean = shared
 
         def body(carry, x):
-            K = kernel(Z, x)
-            V = R @ K
-            return carry, (K.T @ mean, jnp.sum(V * V, axis=0))
+            return carry, weight_space_moments(R, mean, kernel(Z, x))[:2]
 
         return None, _stream(body, None, C, X)[1]
 
@@ -510,7 +576,7 @@ def sor_moments(
     return _over_data(local, mesh)(shared, X_test, placeholder, None)[1]
 
 
-def nystrom_variance(
+def nystrom_residual(
     kernel: Kernel,
     Z: jax.Array,
     Luu: jax.Array,
@@ -519,10 +585,17 @@ def nystrom_variance(
     chunk_size: int | None = None,
     mesh: Mesh | None = None,
 ) -> jax.Array:
-    """diag(Q_ff) = ‖L_uu⁻¹ k_u(x_n)‖² per input, shape (N,), streamed over chunks of X (memory O(MC)).
+    """diag(K_ff − Q_ff) = k(x_n, x_n) − ‖L_uu⁻¹ k_u(x_n)‖², clamped at 0, shape (N,), streamed over X.
 
-    The per-point counterpart of the sums above: FITC's diagonal σ² + k(x_n, x_n) − diag(Q_ff)_n needs it
-    before its Woodbury pass (:func:`bayes_rbfn.gp.sparse.nystrom_residual` is the dense-K_uf form).
+    The prior variance the Nyström (SoR) covariance drops at each input, i.e. Var[f(x) | u] — FITC's extra
+    noise, DTC's restored test variance K_** − Q_** ([3] §5–6), the numerator of the share of prior
+    variance lost (:func:`bayes_rbfn.gp.sparse.prior_variance_lost`) and, with Z = X, the squared power
+    function (DESIGN §3.3, §3.7). Clamped at 0: in exact arithmetic it is a variance, and a
+    rounding-level negative value must not reach FITC's noise diagonal. Memory O(MC).
+
+    Args:
+        kernel: covariance function. Z: (M, D) inducing inputs. Luu: (M, M) Cholesky factor of K_uu.
+        X: (N, D) inputs. chunk_size, mesh: as :func:`woodbury_stats`.
     """
     C = chunk_size or chunk_size_for(Z.shape[0], Luu.dtype)
 
@@ -531,13 +604,13 @@ def nystrom_variance(
 
         def body(carry, x):
             A = W @ kernel(Z, x)
-            return carry, jnp.sum(A * A, axis=0)
+            return carry, kernel.diag(x) - jnp.sum(A * A, axis=0)
 
         return None, _stream(body, None, C, X)[1]
 
     W = linalg.solve_lower(Luu, _identity_like(Luu))
     placeholder = jnp.zeros(X.shape[:1], X.dtype)
-    return _over_data(local, mesh)((kernel, Z, W), X, placeholder, None)[1]
+    return jnp.maximum(_over_data(local, mesh)((kernel, Z, W), X, placeholder, None)[1], 0.0)
 
 
 # --------------------------------------------------------------------------------------------------
