@@ -223,6 +223,21 @@ def predict(params: dict, data: dict, config: ModelConfig, X_test, group_test):
     return jax.vmap(one_point)(X_test, group_test)
 
 
+def layout(
+    X: Any,
+    y: Any,
+    Z: Any,
+    *,
+    y_offset: Any,
+    constant_mean: bool,
+    group: Any = None,
+    group_pred: Any = None,
+    X_pred: Any = None,
+) -> tuple[dict, dict]:
+    """:func:`prepare` as the spec's ``prepare`` hook: a constant prior mean is each group's own mean."""
+    return prepare(X, y, Z, "mean" if constant_mean else y_offset, group, group_pred, X_pred)
+
+
 SPEC = ModelSpec(
     name="grouped",
     model=model,
@@ -231,4 +246,6 @@ SPEC = ModelSpec(
     uses_inducing=True,
     description="hierarchical SoR GP for grouped data: per-group hyperparameters, partial pooling",
     grouped=True,
+    prepare=layout,
+    predictive_inputs=("group",),
 )

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpyro.distributions as dist
 
+from bayes_rbfn.models import layout
 from bayes_rbfn.models.families import KernelFamily
 from bayes_rbfn.models.likelihoods import LIKELIHOODS, Likelihood
 
@@ -72,6 +73,17 @@ class ModelSpec:
     #: Its O(NM²) pass runs through :mod:`bayes_rbfn.gp.parallel`, so ``fit(shard=...)`` can split the data
     #: over devices.
     shards_data: bool = False
+    #: Lays the data out for the model: ``prepare(X, y, Z, *, y_offset, constant_mean, group, group_pred,
+    #: X_pred) → (data, extras)``, ``extras`` holding what the drivers need besides (the grouped layout's
+    #: ``obs_index``, ``group``, ``group_pred``, ``num_groups``). Default :func:`layout.flat_layout`.
+    prepare: Callable[..., tuple[dict, dict]] = layout.flat_layout
+    #: ArviZ dims of a posterior site: ``site_dims(name, shape, sizes) → list | None``.
+    site_dims: Callable[..., list[str] | None] = layout.site_dims
+    #: Whether a posterior variable is a hyperparameter (summarised and reported): ``(name, dims) → bool``.
+    is_hyperparameter: Callable[[str, tuple[str, ...]], bool] = layout.is_hyperparameter
+    #: Inputs the predictive needs at each test point besides X_test, in ``predict``'s order after it
+    #: (the grouped model's ``("group",)``: the group code of every test point).
+    predictive_inputs: tuple[str, ...] = ()
 
     @property
     def takes_linear_mean(self) -> bool:

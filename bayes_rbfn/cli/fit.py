@@ -193,17 +193,12 @@ class FitPlan:
     held_out: tuple[np.ndarray, np.ndarray] | None = None
 
 
-def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
-    """Load and check everything, so that no user error can surface after sampling has started."""
-    from bayes_rbfn.infer.fitting import holdout_split
-    from bayes_rbfn.infer.sampler import SamplerSettings
-    from bayes_rbfn.io.output import default_output_dir, prepare_output_dir
+def _model_for(args: argparse.Namespace, data: Dataset, notes: list[str]) -> tuple[Any, Any, str, Dataset]:
+    """(likelihood, spec, mean, data) of a fit: the options' or the data set's defaults, checked together;
+    grouped data that an ungrouped model fits are pooled (with a note)."""
     from bayes_rbfn.models import get_model
     from bayes_rbfn.models.likelihoods import get_likelihood
 
-    del console
-    data, source = load_data(args)
-    notes = [data.notes] if data.notes else []
     likelihood = get_likelihood(args.likelihood or (data.likelihood if args.data is None else "gaussian"))
     packaged = data.name if args.data is None else ""
     model = args.model or planning.default_model(
@@ -234,21 +229,40 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
             )
         notes.append(f"The data are grouped, but the {model!r} model pools every group into one fit.")
         data = planning.pool_groups(data)
+    return likelihood, spec, mean, data
 
-    held_out, X_fit = None, data.X
-    if args.holdout_after is not None or args.holdout is not None:
-        flag = "--holdout-after" if args.holdout_after is not None else "--holdout"
-        if data.group is not None:
-            raise UserError(f"{flag}: a backtest of grouped data is not supported; fit one group's CSV")
-        if not likelihood.marginalisable:
-            raise UserError(f"{flag}: the backtest scores need the gaussian likelihood")
-        try:
-            X_fit, _, X_test, y_test = holdout_split(
-                data.X, data.y, holdout_after=args.holdout_after, holdout=args.holdout
-            )
-        except ValueError as err:
-            raise UserError(f"{flag}: " + str(err).split(": ", 1)[1]) from None
-        held_out = (X_test, y_test)
+
+def _backtest_split(args: argparse.Namespace, data: Dataset, likelihood: Any) -> tuple[np.ndarray, Any]:
+    """(the inputs fitted, the held-out (x, y) or None) of ``--holdout-after`` / ``--holdout``."""
+    from bayes_rbfn.infer.fitting import holdout_split
+
+    if args.holdout_after is None and args.holdout is None:
+        return data.X, None
+    flag = "--holdout-after" if args.holdout_after is not None else "--holdout"
+    if data.group is not None:
+        raise UserError(f"{flag}: a backtest of grouped data is not supported; fit one group's CSV")
+    if not likelihood.marginalisable:
+        raise UserError(f"{flag}: the backtest scores need the gaussian likelihood")
+    try:
+        X_fit, _, X_test, y_test = holdout_split(
+            data.X, data.y, holdout_after=args.holdout_after, holdout=args.holdout
+        )
+    except ValueError as err:
+        raise UserError(f"{flag}: " + str(err).split(": ", 1)[1]) from None
+    return X_fit, (X_test, y_test)
+
+
+def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
+    """Load and check everything, so that no user error can surface after sampling has started."""
+    from bayes_rbfn.infer.sampler import SamplerSettings
+    from bayes_rbfn.io.output import default_output_dir, prepare_output_dir
+
+    del console
+    data, source = load_data(args)
+    notes = [data.notes] if data.notes else []
+    likelihood, spec, mean, data = _model_for(args, data, notes)
+    model, packaged = spec.name, data.name if args.data is None else ""
+    X_fit, held_out = _backtest_split(args, data, likelihood)
     Z = None
     if spec.uses_inducing:
         default_M = planning.DATASET_NUM_INDUCING.get(packaged, DEFAULT_NUM_INDUCING)

@@ -42,6 +42,7 @@ __all__ = [
     "mean_option",
     "model_names",
     "non_negative_int",
+    "number_option",
     "one_of",
     "option_error",
     "output_arguments",
@@ -68,44 +69,32 @@ DEFAULT_TARGET_ACCEPT = 0.8
 DEFAULT_CHECKPOINT_EVERY = 50
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {value}")
-    return value
+def number_option(
+    convert: Callable[[str], Any], accept: Callable[[Any], bool], expected: str, must: str
+) -> Callable[[str], Any]:
+    """An option type: ``convert`` the text (else "expected {expected}"), then ``accept`` the value (else
+    "must {must}"); both messages quote what was given."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if not accept(value):
+            raise argparse.ArgumentTypeError(f"must {must}, got {text}")
+        return value
+
+    return parse
 
 
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number ≥ 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be ≥ 0, got {value}")
-    return value
-
-
-def probability(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}") from None
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"must lie strictly between 0 and 1, got {value:g}")
-    return value
-
-
-def fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number ≥ 0, got {text!r}") from None
-    if not (np.isfinite(value) and value >= 0.0):
-        raise argparse.ArgumentTypeError(f"must be a finite number ≥ 0, got {text}")
-    return value
+positive_int = number_option(int, lambda v: v >= 1, "a positive whole number", "be a positive whole number")
+non_negative_int = number_option(int, lambda v: v >= 0, "a whole number ≥ 0", "be ≥ 0")
+probability = number_option(
+    float, lambda v: 0.0 < v < 1.0, "a number between 0 and 1", "lie strictly between 0 and 1"
+)
+fraction = number_option(
+    float, lambda v: bool(np.isfinite(v)) and v >= 0.0, "a number ≥ 0", "be a finite number ≥ 0"
+)
 
 
 def one_of(kind: str, valid: Callable[[], Sequence[str]]) -> Callable[[str], str]:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import json
-import os
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -297,14 +297,33 @@ def build_model(
         else:
             Z = jnp.asarray(check_Z(Z, X), dtype=X.dtype)
     X_pred = X if X_pred is None else check_X(X_pred, "X_pred", dim=X.shape[1])
-    # The grouped model's constant mean is each group's own mean.
-    group_offset = "mean" if isinstance(mean, str) and mean == "constant" else offset
-    data, extras = _prepare(spec, X, y, Z, offset, group_offset, group, group_pred, X_pred)
+    if group is not None and not spec.grouped:
+        raise ValueError(f"group: the {spec.name!r} model is not grouped; use model='grouped'")
+    data, extras = spec.prepare(
+        X,
+        y,
+        Z,
+        y_offset=offset,
+        constant_mean=isinstance(mean, str) and mean == "constant",
+        group=group,
+        group_pred=group_pred,
+        X_pred=X_pred,
+    )
     if mesh is not None:
         from bayes_rbfn.gp.parallel import shard_data
 
         data = shard_data(data, mesh)
     return GenerativeModel(spec=spec, config=config, data=data, extras=extras, X=X, y=y, Z=Z, X_pred=X_pred)
+
+
+#: The keyword options of :func:`build_model` that :func:`fit` passes on.
+MODEL_OPTIONS = frozenset(inspect.signature(build_model).parameters) - {
+    "model",
+    "X",
+    "y",
+    "seed",
+    "_mesh_for",
+}
 
 
 def prior_predictive(
@@ -328,7 +347,7 @@ def prior_predictive(
     draws = Predictive(problem.model, num_samples=num_samples)(jax.random.PRNGKey(seed), *problem.prior_args)
     draws = {k: np.asarray(v)[None] for k, v in draws.items() if k not in problem.spec.unstored_sites}
     y_sim = draws.pop("y")
-    if problem.spec.grouped:
+    if "obs_index" in problem.extras:  # a padded layout back to the order of the observations
         y_sim = y_sim.reshape(1, num_samples, -1)[..., problem.extras["obs_index"]]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -345,40 +364,15 @@ def fit(
     X: Any,
     y: Any,
     *,
-    Z: Any = None,
-    num_inducing: int | None = None,
-    chains: int | None = None,
-    draws: int | None = None,
-    warmup: int | None = None,
-    seed: int | None = None,
-    progress: bool | None = None,
-    X_pred: Any = None,
-    kernel: Any = "se",
-    priors: Mapping[str, Any] | None = None,
-    fixed: Mapping[str, Any] | None = None,
-    noise: float | None = None,
-    hyperprior: bool = False,
-    likelihood: str = "gaussian",
-    mean: Any = "constant",
-    group: Any = None,
-    group_pred: Any = None,
-    inducing_method: str = "kmeans",
-    target_accept: float | None = None,
-    dense_mass: bool | None = None,
-    max_tree_depth: int | None = None,
-    chain_method: str | None = None,
-    jitter: float | None = None,
-    check_diagnostics: bool = True,
+    sampler: SamplerSettings | None = None,
     shard: Any = False,
-    log_likelihood: bool = True,
-    checkpoint: str | os.PathLike[str] | None = None,
-    chunk_size: int | None = None,
-    init: str | None = None,
-    posterior_predictive: int | None = DEFAULT_PREDICTIVE_DRAWS,
-    coords: Mapping[str, Any] | None = None,
     holdout_after: float | None = None,
     holdout: float | None = None,
-    sampler: SamplerSettings | None = None,
+    check_diagnostics: bool = True,
+    log_likelihood: bool = True,
+    posterior_predictive: int | None = DEFAULT_PREDICTIVE_DRAWS,
+    coords: Mapping[str, Any] | None = None,
+    **options: Any,
 ) -> az.InferenceData:
     """Fit a model of the collection with NUTS and return ArviZ InferenceData (DESIGN §6).
 
@@ -386,6 +380,10 @@ def fit(
         model: a model name (``"sor"``, ``"rbfn"``, ``"exact"``, ``"grouped"``, …; see
             :func:`bayes_rbfn.models.available_models`) or a :class:`~bayes_rbfn.models.ModelSpec`.
         X: (N, D) or (N,) inputs. y: (N,) targets.
+        **options: the model's options (those of :func:`build_model`: ``Z``, ``num_inducing``,
+            ``X_pred``, ``kernel``, ``priors``, ``fixed``, ``noise``, ``hyperprior``, ``likelihood``,
+            ``mean``, ``group``, ``group_pred``, ``inducing_method``, ``jitter``) and the sampler's by name
+            (the fields of :class:`~bayes_rbfn.infer.sampler.SamplerSettings`), as follows.
         Z: (M, D) inducing inputs; default chosen by ``inducing_method`` with M = ``num_inducing``
             (default min(64, distinct inputs)).
         sampler: the NUTS settings as one :class:`~bayes_rbfn.infer.sampler.SamplerSettings`; or give
@@ -455,52 +453,24 @@ def fit(
         density of a factorised likelihood), posterior_predictive (y), predictions (f_mean, f_var of the
         latent f, on the link scale) and predictions_constant_data (X_pred).
     """
-    settings = _sampler_settings(
-        sampler,
-        chains=chains,
-        draws=draws,
-        warmup=warmup,
-        seed=seed,
-        progress=progress,
-        target_accept=target_accept,
-        dense_mass=dense_mass,
-        max_tree_depth=max_tree_depth,
-        chain_method=chain_method,
-        init=init,
-        checkpoint=checkpoint,
-        chunk_size=chunk_size,
-    )
+    sampler_fields = {f.name for f in dataclasses.fields(SamplerSettings)}
+    settings = _sampler_settings(sampler, **{k: options.pop(k) for k in list(options) if k in sampler_fields})
+    unknown = sorted(set(options) - MODEL_OPTIONS)
+    if unknown:
+        raise ValueError(f"{unknown[0]}: not an option of fit (see help(bayes_rbfn.fit))")
     if posterior_predictive is not None:
         posterior_predictive = _non_negative_int(posterior_predictive, "posterior_predictive")
     X_holdout = y_holdout = None
     if holdout_after is not None or holdout is not None:
-        if group is not None:
+        if options.get("group") is not None:
             raise ValueError(
                 "holdout: a backtest of grouped data is not supported (split each group yourself)"
             )
-        if likelihood != "gaussian":
+        if options.get("likelihood", "gaussian") != "gaussian":
             raise ValueError("holdout: the backtest scores need the gaussian likelihood")
         X, y, X_holdout, y_holdout = holdout_split(X, y, holdout_after=holdout_after, holdout=holdout)
     problem = build_model(
-        model,
-        X,
-        y,
-        Z=Z,
-        num_inducing=num_inducing,
-        kernel=kernel,
-        priors=priors,
-        fixed=fixed,
-        noise=noise,
-        hyperprior=hyperprior,
-        likelihood=likelihood,
-        mean=mean,
-        group=group,
-        group_pred=group_pred,
-        inducing_method=inducing_method,
-        jitter=jitter,
-        X_pred=X_pred,
-        seed=settings.seed,
-        _mesh_for=(shard, settings.chains, settings.chain_method),
+        model, X, y, seed=settings.seed, _mesh_for=(shard, settings.chains, settings.chain_method), **options
     )
     spec, config, data, extras = problem.spec, problem.config, problem.data, problem.extras
     X, y, Z, X_pred = problem.X, problem.y, problem.Z, problem.X_pred
@@ -595,25 +565,6 @@ def _data_mesh(shard: Any, spec: ModelSpec, chains: int, chain_method: str | Non
     return mesh
 
 
-def _prepare(spec, X, y, Z, offset, group_offset, group, group_pred, X_pred):
-    """Model data dict and the extra arrays (e.g. group codes of X_pred) for the predictive."""
-    if spec.grouped:
-        from bayes_rbfn.models import grouped
-
-        return grouped.prepare(X, y, Z, group_offset, group, group_pred, X_pred)
-    if group is not None:
-        raise ValueError(f"group: the {spec.name!r} model is not grouped; use model='grouped'")
-    data = {
-        "X": X,
-        "y": y,
-        "y_offset": jnp.asarray(offset, dtype=X.dtype),
-        "x_centre": jnp.mean(X, axis=0),
-    }
-    if Z is not None:
-        data["Z"] = Z
-    return data, {}
-
-
 def _posterior_predictive(
     bound_model: Any,
     model_args: tuple,
@@ -641,7 +592,7 @@ def _posterior_predictive(
                 "y"
             ]
         )
-    if spec.grouped:  # the padded (G, N_max) layout back to the order of the observations
+    if "obs_index" in extras:  # a padded layout back to the order of the observations
         y_rep = y_rep.reshape(chains * kept, -1)[:, extras["obs_index"]]
     return y_rep.reshape(chains, kept, -1)
 
@@ -740,7 +691,7 @@ def _to_inference_data(
     loglik = None
     if log_likelihood:
         loglik = _map_draws(lambda p, d: spec.log_likelihood(p, d, config), params, work, data)
-        if spec.grouped:
+        if "obs_index" in extras:
             loglik = loglik[..., extras["obs_index"]] if loglik.ndim == 3 else loglik
     extra_pred = tuple(jnp.asarray(extras[k]) for k in ("group_pred",) if k in extras)
 
@@ -749,6 +700,11 @@ def _to_inference_data(
     D = X.shape[1]
     dims: dict[str, list[str]] = {"y": ["obs"], "X": ["obs", "input_dim"], "X_pred": ["point", "input_dim"]}
     dims.update({"f_mean": ["point"], "f_var": ["point"]})
+    sizes = {"input_dim": D}
+    if Z is not None:
+        sizes["inducing"] = np.shape(Z)[-2]
+    if "num_groups" in extras:
+        sizes["group"] = extras["num_groups"]
     posterior, post_dims = {}, {}
     for name, value in samples.items():
         if name in spec.unstored_sites:
@@ -757,12 +713,9 @@ def _to_inference_data(
         extra_dims = value.shape[2:]
         if not extra_dims:
             continue
-        if Z is not None and value.shape[-1] == np.shape(Z)[-2] and name.endswith(("_v", "_alpha")):
-            post_dims[name] = ["inducing"]
-        elif spec.grouped and value.ndim >= 3 and value.shape[2] == extras.get("num_groups", -1):
-            post_dims[name] = ["group"] + (["input_dim"] if value.ndim == 4 else [])
-        elif value.shape[-1] == D and name.startswith(("lengthscale", "seasonal", "mean_slope")):
-            post_dims[name] = ["input_dim"]
+        site_dims = spec.site_dims(name, extra_dims, sizes)
+        if site_dims is not None:
+            post_dims[name] = site_dims
     dims.update(post_dims)
 
     constant = {"X": np.asarray(X)}
@@ -774,7 +727,7 @@ def _to_inference_data(
     if "x_centre" in data:
         constant["x_centre"] = np.asarray(data["x_centre"])
         dims["x_centre"] = ["input_dim"]
-    if spec.grouped:
+    if "group" in extras:
         dims["y_offset"] = ["group"]
         constant["obs_group"] = np.asarray(extras["group"])
         predictions_constant["pred_group"] = np.asarray(extras["group_pred"])

@@ -351,14 +351,16 @@ def predict(idata: Any, X_test: Any, *, group: Any = None, batch_size: int | Non
     from bayes_rbfn.gp.validation import check_X
 
     X_test = check_X(X_test, "X_test", dim=data["X"].shape[-1])
-    extra: tuple = ()
-    if spec.grouped:
-        if group is None:
-            raise ValueError("group: the grouped model needs the group code of every test point")
-        extra = (jnp.asarray(np.asarray(group, dtype=np.int32)),)
+    given = {"group": group}
+    missing = [name for name in spec.predictive_inputs if given[name] is None]
+    if missing:
+        raise ValueError(
+            f"{missing[0]}: the {spec.name} model needs the {missing[0]} code of every test point"
+        )
+    extra = tuple(jnp.asarray(np.asarray(given[name], dtype=np.int32)) for name in spec.predictive_inputs)
 
     f_mean, f_var = model_moments(spec, config, data, params, X_test, extra=extra, batch_size=batch_size)
-    noise = noise_draws(params, f_mean.shape[:2], group=group if spec.grouped else None)
+    noise = noise_draws(params, f_mean.shape[:2], group=group)
     mean, var, var_y = mixture_moments(f_mean, f_var, noise)
     return Predictive(f_mean=f_mean, f_var=f_var, mean=mean, var=var, var_y=var_y)
 
@@ -422,8 +424,9 @@ def band_of_y(idata: Any, masses: Sequence[float]) -> Band:
     """
     from bayes_rbfn.infer.schema import rebuild
 
-    spec, _, _, params = rebuild(idata)
-    group = idata.predictions_constant_data["pred_group"].values if spec.grouped else None
+    _, _, _, params = rebuild(idata)
+    pcd = idata.predictions_constant_data
+    group = pcd["pred_group"].values if "pred_group" in pcd else None
     f_mean = np.asarray(idata.predictions["f_mean"].values)
     f_var = np.asarray(idata.predictions["f_var"].values)
     S = f_mean.shape[-1]

@@ -71,33 +71,24 @@ def rebuild(idata: Any) -> tuple[ModelSpec, ModelConfig, dict, dict]:
     X = jnp.asarray(cd["X"].values)
     y = jnp.asarray(idata.observed_data["y"].values)
     Z = jnp.asarray(cd["Z"].values) if "Z" in cd else None
-    if spec.grouped:
-        from bayes_rbfn.models import grouped
-
-        data, _ = grouped.prepare(
-            X,
-            y,
-            Z,
-            cd["y_offset"].values,
-            cd["obs_group"].values,
-            pcd["pred_group"].values,
-            pcd["X_pred"].values,
-        )
-    else:
-        # arviz stores the scalar offset with one element
-        data = {"X": X, "y": y, "y_offset": jnp.asarray(cd["y_offset"].values).reshape(())}
-        data["x_centre"] = jnp.asarray(cd["x_centre"].values) if "x_centre" in cd else jnp.mean(X, axis=0)
-        if Z is not None:
-            data["Z"] = Z
+    grouped = "obs_group" in cd
+    data, _ = spec.prepare(
+        X,
+        y,
+        Z,
+        y_offset=cd["y_offset"].values,
+        constant_mean=False,
+        group=cd["obs_group"].values if grouped else None,
+        group_pred=pcd["pred_group"].values if grouped else None,
+        X_pred=pcd["X_pred"].values if "X_pred" in pcd else None,
+    )
     return spec, config, data, posterior_params(idata, fixed)
 
 
 def hyperparameter_names(idata: Any) -> list[str]:
-    """Posterior variables that are hyperparameters: neither RBF weights (a variable along the ``inducing``
-    dimension) nor the raw variables of a non-centred parameterisation (``*_raw``, ``*_z``)."""
+    """Posterior variables that are hyperparameters, as the fit's model tells them
+    (``ModelSpec.is_hyperparameter``: not RBF weights, not the raw variables of a non-centred
+    parameterisation)."""
+    spec = get_model(str(idata.posterior.attrs["bayes_rbfn_model"]))
     post = idata.posterior
-    return [
-        str(name)
-        for name in post.data_vars
-        if not (str(name).endswith(("_raw", "_z")) or "inducing" in post[name].dims)
-    ]
+    return [str(name) for name in post.data_vars if spec.is_hyperparameter(str(name), post[name].dims)]

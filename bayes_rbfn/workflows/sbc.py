@@ -188,21 +188,17 @@ def _shipped(model: str, likelihood: str, n: int, num_inducing: int, num_groups:
     X = np.linspace(0.0, 1.0, n)[:, None]
     Z = np.linspace(0.05, 0.95, num_inducing)[:, None]
     offset = _OFFSETS.get(lik.name, 0.0)
-    if spec.grouped:
-        from bayes_rbfn.models import grouped
-
-        codes = np.repeat(np.arange(num_groups), n)
-        data, _ = grouped.prepare(
-            np.tile(X, (num_groups, 1)), np.zeros(n * num_groups), Z, 0.0, codes, codes, None
-        )
-    else:
-        data = {
-            "X": jnp.asarray(X, dtype),
-            "y_offset": jnp.asarray(offset, dtype),
-            "x_centre": jnp.asarray(X.mean(0)),
-        }
-        if spec.uses_inducing:
-            data["Z"] = jnp.asarray(Z, dtype)
+    codes = np.repeat(np.arange(num_groups), n) if spec.grouped else None
+    X_all = jnp.asarray(np.tile(X, (num_groups, 1)) if spec.grouped else X, dtype)
+    data, _ = spec.prepare(
+        X_all,
+        jnp.zeros(X_all.shape[0], dtype),
+        jnp.asarray(Z, dtype) if spec.uses_inducing else None,
+        y_offset=0.0 if spec.grouped else offset,
+        constant_mean=False,
+        group=codes,
+        group_pred=codes,
+    )
     data = {k: v for k, v in data.items() if k != "y"}
 
     def model_fn(y):
@@ -349,6 +345,36 @@ def _run(
     return jax.vmap(one)(keys, truth, y_sim)
 
 
+def _check_settings(
+    seed: Any, noise_scale: Any, target_accept: Any, bins: Any, **counts: Any
+) -> tuple[dict[str, int], int, int]:
+    """The checked counts of :func:`run_sbc` (positive integers, by name), the number of rank values
+    L + 1 and the χ² bins; ``ValueError`` naming the first bad argument."""
+    ints = {name: check_positive_int(value, name) for name, value in counts.items()}
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed: must be a non-negative integer, got {seed!r}")
+    if ints["num_inducing"] > ints["n"]:
+        raise ValueError(f"num_inducing: {ints['num_inducing']} is more than n = {ints['n']}")
+    if ints["thin"] > ints["draws"]:
+        raise ValueError(f"thin: {ints['thin']} is more than draws = {ints['draws']}")
+    if isinstance(noise_scale, bool) or not (
+        isinstance(noise_scale, (int, float, np.floating)) and np.isfinite(noise_scale) and noise_scale >= 1
+    ):
+        raise ValueError(
+            f"noise_scale: must be a finite number ≥ 1 (k > 1 simulates noise k·σ), got {noise_scale!r}"
+        )
+    if not (isinstance(target_accept, (float, np.floating)) and 0 < target_accept < 1):
+        raise ValueError(f"target_accept: must be a number in (0, 1), got {target_accept!r}")
+    num_ranks = ints["draws"] // ints["thin"] + 1
+    if bins is None:
+        bins = max(2, min(num_ranks, ints["reps"] // 10, 10))
+    elif check_positive_int(bins, "bins") < 2 or bins > num_ranks:
+        raise ValueError(
+            f"bins: must be an integer in [2, {num_ranks}] (the number of rank values), got {bins!r}"
+        )
+    return ints, num_ranks, int(bins)
+
+
 def run_sbc(
     model: str | Callable = "sor",
     reps: int = 200,
@@ -403,38 +429,20 @@ def run_sbc(
     References:
         Talts et al. (2018), Algorithm 1; Modrák et al. (2023) (see the module docstring).
     """
-    ints = {
-        "reps": reps,
-        "n": n,
-        "num_inducing": num_inducing,
-        "draws": draws,
-        "warmup": warmup,
-        "thin": thin,
-        "num_groups": num_groups,
-        "max_tree_depth": max_tree_depth,
-    }
-    ints = {name: check_positive_int(value, name) for name, value in ints.items()}
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed: must be a non-negative integer, got {seed!r}")
-    if ints["num_inducing"] > ints["n"]:
-        raise ValueError(f"num_inducing: {num_inducing} is more than n = {n}")
-    if ints["thin"] > ints["draws"]:
-        raise ValueError(f"thin: {thin} is more than draws = {draws}")
-    if isinstance(noise_scale, bool) or not (
-        isinstance(noise_scale, (int, float, np.floating)) and np.isfinite(noise_scale) and noise_scale >= 1
-    ):
-        raise ValueError(
-            f"noise_scale: must be a finite number ≥ 1 (k > 1 simulates noise k·σ), got {noise_scale!r}"
-        )
-    if not (isinstance(target_accept, (float, np.floating)) and 0 < target_accept < 1):
-        raise ValueError(f"target_accept: must be a number in (0, 1), got {target_accept!r}")
-    num_ranks = ints["draws"] // ints["thin"] + 1
-    if bins is None:
-        bins = max(2, min(num_ranks, ints["reps"] // 10, 10))
-    elif check_positive_int(bins, "bins") < 2 or bins > num_ranks:
-        raise ValueError(
-            f"bins: must be an integer in [2, {num_ranks}] (the number of rank values), got {bins!r}"
-        )
+    ints, num_ranks, bins = _check_settings(
+        seed,
+        noise_scale,
+        target_accept,
+        bins,
+        reps=reps,
+        n=n,
+        num_inducing=num_inducing,
+        draws=draws,
+        warmup=warmup,
+        thin=thin,
+        num_groups=num_groups,
+        max_tree_depth=max_tree_depth,
+    )
     model_fn, observed = _resolve(
         model,
         likelihood,
