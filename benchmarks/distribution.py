@@ -1,7 +1,7 @@
 """ESS per second: a user's NumPyro model with ``bayes_rbfn.SparseGP`` against ``fit("sor")``, same data.
 
 Both sample the same posterior (the SparseGP model uses fit's default priors and constant mean; see
-tests/test_mcmc.py). Each is run ``--repeats`` times, interleaved, in one process after one warm-up run
+tests/infer/test_mcmc.py). Each is run ``--repeats`` times, interleaved, in one process after one warm-up run
 each (so compilation is excluded from both); reported: wall time of the sampling call, minimum bulk ESS over
 (ℓ, s², σ), ESS/s, ESS per gradient evaluation. Writes ``benchmarks/results/distribution.md`` and ``.json``.
 

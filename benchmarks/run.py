@@ -1174,7 +1174,7 @@ def write_report(results: dict, outdir: Path, scale: str) -> None:
         rows.append(
             (
                 f"Sharded over {r['devices']} simulated CPU devices (N = {r['N']:,}, M = {r['M']}): "
-                "equals single-device to 1e-10 (tests/test_parallel.py: N = 4,000, 4,001, 200,001)",
+                "equals single-device to 1e-10 (tests/gp/test_parallel.py: N = 4,000, 4,001, 200,001)",
                 f"log density {r['value_rel_diff']:.1e} relative; gradient "
                 f"{max(r['grad_rel_diff'].values()):.1e}",
                 _met(r["max_rel_diff"] <= 1e-10),

@@ -10,11 +10,11 @@ Seeds
 ``BAYES_RBFN_TEST_SEED=k`` (an integer ≥ 0, default 0) shifts every seed that a stochastic test uses —
 the sampler's, SBC's, Hypothesis's and that of the data the statistical claims are made on — by ``k``::
 
-    BAYES_RBFN_TEST_SEED=17 python -m pytest -q tests/test_mcmc.py
+    BAYES_RBFN_TEST_SEED=17 python -m pytest -q tests/infer/test_mcmc.py
 
 Tests take their seeds from :func:`seed` and their generators from :func:`rng`. The fixed problems of the
 deterministic identity tests (whose tolerances are stated for their conditioning) and the data set of
-tests/test_compare.py (whose claims are about that data set) are not shifted.
+tests/workflows/test_compare.py (whose claims are about that data set) are not shifted.
 
 Bounds (each check's false-alarm rate under a correct sampler, any seed)
 ------------------------------------------------------------------------

@@ -21,7 +21,7 @@ floor as the whitened form allows:
   evaluation, O(M³), as :meth:`~bayes_rbfn.gp.linalg.Woodbury.weight_cov_factor` already does). The
   N-column triangular solve L_uu A = K_uf becomes a matrix product, which XLA's CPU runtime runs several
   times faster per flop than a triangular solve, with the same forward error (~ε·cond(L_uu));
-  tests/test_parallel.py checks it against the triangular-solve path (its dense reference) and a
+  tests/gp/test_parallel.py checks it against the triangular-solve path (its dense reference) and a
   long-double reference. Whitening *before* the sum is what keeps the result accurate: forming
   K_uf D⁻¹ K_fu first (``fast=True``) saves one of the two products but loses digits in
   proportion to cond(K_uu), which the jitter floor puts at ~1e10 for the usual dense inducing inputs:

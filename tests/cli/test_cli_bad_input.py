@@ -21,7 +21,7 @@ import bayes_rbfn.infer.fitting
 from bayes_rbfn import cli
 from bayes_rbfn.cli.compare import plan_compare
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)

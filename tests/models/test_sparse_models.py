@@ -1,11 +1,11 @@
 """The sparse models of the collection (dtc, fitc, vfe, asor) against dense references, without MCMC.
 
-tests/test_sparse.py checks the library blocks of bayes_rbfn.gp.sparse; here the *models* are checked as the
-driver uses them: each model's jitted ``log_density(params, data, config)``, its NumPyro ``model`` (the
+tests/gp/test_sparse.py checks the library blocks of bayes_rbfn.gp.sparse; here the *models* are checked as
+the driver uses them: each model's jitted ``log_density(params, data, config)``, its NumPyro ``model`` (the
 joint log density NumPyro computes from the ``factor`` site), its per-draw ``predict`` (with the prior
 mean offset c) and its ``log_likelihood``, each against a dense N×N reference built from the formulas of
 Quiñonero-Candela & Rasmussen (2005) and Titsias (2009) in tests/sparse_reference.py. The MCMC-level
-checks (LOO against brute force on posterior draws, rankings) are in tests/test_compare.py.
+checks (LOO against brute force on posterior draws, rankings) are in tests/workflows/test_compare.py.
 Tolerances: conftest's float64 ones (1e-8 relative) unless stated next to the test.
 """
 
@@ -281,7 +281,7 @@ def test_asor_predict_under_vmap_over_draws():
 
 
 def _grid_case(dim: int) -> Case:
-    """Inputs ~1.5 lengthscales apart, so K_ff factorises without jitter (as in tests/test_sparse.py)."""
+    """Inputs ~1.5 lengthscales apart, so K_ff factorises without jitter (as in tests/gp/test_sparse.py)."""
     rng = np.random.default_rng(3 + dim)
     if dim == 1:
         X = np.linspace(-4.0, 4.0, 9)[:, None]

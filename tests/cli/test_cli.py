@@ -27,7 +27,7 @@ from bayes_rbfn import cli
 from bayes_rbfn.cli import options
 from bayes_rbfn.io.datasets import load_dataset
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # Tiny fits give high Pareto k̂ for a few points; the CLI reports that in words, here it is noise.
 pytestmark = pytest.mark.filterwarnings("ignore:Estimated shape parameter of Pareto")
 #: Relative jitter of the library's policy in float64 (bayes_rbfn.gp.linalg.JITTER), applied by the reference.

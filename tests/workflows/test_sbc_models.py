@@ -1,16 +1,17 @@
 """Simulation-based calibration of every other shipped model and every likelihood
 (:mod:`bayes_rbfn.workflows.sbc`).
 
-The same accept rule as ``tests/test_sbc.py``: every quantity's χ² p-value > ``ACCEPT_FAMILY / Q`` with
-``ACCEPT_FAMILY = 1e-3`` (Bonferroni; a correct sampler fails with probability ≤ 0.1%); fewer than 1% of
-the post-warm-up transitions diverge; the seed shifts with ``BAYES_RBFN_TEST_SEED`` (tests/stochastic.py).
+The same accept rule as ``tests/workflows/test_sbc.py``: every quantity's χ² p-value
+> ``ACCEPT_FAMILY / Q`` with ``ACCEPT_FAMILY = 1e-3`` (Bonferroni; a correct sampler fails with probability
+≤ 0.1%); fewer than 1% of the post-warm-up transitions diverge; the seed shifts with
+``BAYES_RBFN_TEST_SEED`` (tests/stochastic.py).
 Each run simulates with ``Predictive`` from the model function ``fit`` runs and fits it with vmapped NUTS.
 
 Covered here: ``fitc``, ``exact``, ``blr`` (with the doubled-noise reject: p(β) < 1e-6), ``grouped``, and
 ``rbfn`` under ``student_t``, ``poisson``, ``negative_binomial`` and ``bernoulli``. ``sor`` and ``rbfn``
-(Gaussian) are in tests/test_sbc.py; ``dtc`` and ``asor`` have exactly ``sor``'s density (``asor`` *is*
-its model function; ``SparseGP(approx="dtc")``'s log density equals ``"sor"``'s,
-tests/test_distributions.py), so their SBC is ``sor``'s. ``vfe`` is not generative (the module
+(Gaussian) are in tests/workflows/test_sbc.py; ``dtc`` and ``asor`` have exactly ``sor``'s density
+(``asor`` *is* its model function; ``SparseGP(approx="dtc")``'s log density equals ``"sor"``'s,
+tests/models/test_distributions.py), so their SBC is ``sor``'s. ``vfe`` is not generative (the module
 docstring of bayes_rbfn.workflows.sbc).
 
 Sizes are reduced to keep the suite's time (R = 60, 60 + 60 draws thinned by 3 → L = 20, 6 bins): the
