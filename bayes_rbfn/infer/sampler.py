@@ -326,14 +326,24 @@ def run_chains(
             runs = [_run(one_init, one_chain, k[None], model_args, settings, store, on_chunk) for k in keys]
         collected = jax.tree_util.tree_map(lambda *parts: np.concatenate(parts, axis=0), *runs)
         return _postprocess(kernel, model_args, collected)
-    # Several chains batched together: one per device (pmap) or vectorised (vmap; also "sequential" chains
-    # with a checkpoint, which keeps one state for all). The two compile to different programs whose
-    # rounding differs, so a checkpoint continues only under the method that started it.
-    batched_init = jax.jit(jax.vmap(init, in_axes=(0, None)))
+    # Several chains batched together, as NumPyro's MCMC batches them: one per device (each initialised
+    # and advanced inside pmap), or vectorised (the kernel initialised eagerly with all the keys, which
+    # makes it vmap its own transition; also "sequential" chains with a checkpoint, which keeps one state
+    # for all). The two compile to different programs whose rounding differs, so a checkpoint continues
+    # only under the method that started it.
     if parallel:
+        batched_init = jax.pmap(init, in_axes=(0, None))
         batched_advance = jax.pmap(advance, in_axes=(0, None, None), static_broadcasted_argnums=2)
     else:
-        batched_advance = jax.jit(jax.vmap(advance, in_axes=(0, None, None)), static_argnums=2)
+        advance_all = jax.jit(advance, static_argnums=2)
+
+        def batched_init(keys: jax.Array, args: tuple) -> Any:
+            return kernel.init(keys, settings.warmup, None, args, {})
+
+        def batched_advance(state: Any, args: tuple, length: int) -> tuple[Any, dict]:
+            state, chunk = advance_all(state, args, length)  # chunk: (length, chains, ...)
+            return state, jax.tree_util.tree_map(lambda a: jnp.swapaxes(a, 0, 1), chunk)
+
     with single_threaded_blas():
         collected = _run(batched_init, batched_advance, keys, model_args, settings, store, on_chunk)
     return _postprocess(kernel, model_args, collected)
