@@ -1,12 +1,10 @@
-"""The NUTS driver: fit a model of the collection and return ArviZ InferenceData (DESIGN §6).
+"""Fit a model of the collection and return ArviZ InferenceData (DESIGN §6).
 
-:func:`fit` is a thin function: it resolves the model, kernel family, priors and inducing inputs, runs
-NumPyro's NUTS over the hyperparameters, then evaluates per draw the analytic predictive moments and the
-leave-one-out conditional log-likelihood, and packs everything into InferenceData with exactly the
-groups and names of DESIGN §6. It prints nothing (NumPyro's progress bar aside, when ``progress=True``).
-
-:func:`rebuild` turns an InferenceData written by :func:`fit` (also after a round trip through
-``inference.nc``) back into the model, data and draws, so predictions can be recomputed from the file.
+:func:`fit` is a composition: validate → :func:`build_model` (the model bound to its data: kernel family,
+priors, inducing inputs, the spec's data layout) → the one NUTS loop of :mod:`bayes_rbfn.infer.sampler`
+→ per draw the analytic predictive moments and the leave-one-out conditional log-likelihood, packed into
+InferenceData with exactly the groups and names of DESIGN §6. It prints nothing (a progress bar aside,
+when ``progress=True``). Reading a fit back from its InferenceData is :mod:`bayes_rbfn.infer.schema`'s.
 """
 
 from __future__ import annotations
