@@ -103,6 +103,35 @@ def _save_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _manifest_problem(record: Mapping[str, Any]) -> str:
+    """What is wrong with the fields of a manifest, or "" (its own fields, before any file is hashed)."""
+    for field, kind in (
+        ("fingerprint", dict),
+        ("files", dict),
+        ("iterations_done", int),
+        ("total_iterations", int),
+    ):
+        if field not in record:
+            return f"missing field {field!r}"
+        value = record[field]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            return f"field {field!r} is not {'an object' if kind is dict else 'a whole number'}: {value!r}"
+    done, total, files = record["iterations_done"], record["total_iterations"], record["files"]
+    if not 0 <= done <= total or total < 1:
+        return f"iterations_done {done} is not within 0..total_iterations {total}"
+    for name, digest in files.items():
+        if not (
+            isinstance(digest, str) and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)
+        ):
+            return f"file {name!r} has no SHA-256"
+        step = name.removeprefix("state-").removeprefix("chunk-").removesuffix(".npz")
+        if name == step or not step.isdigit() or int(step) > done:
+            return f"file {name!r} does not belong to a run at iteration {done}"
+    if done and f"state-{done:07d}.npz" not in files:
+        return f"no sampler state listed for iteration {done}"
+    return ""
+
+
 def read_checkpoint(folder: str | os.PathLike[str]) -> CheckpointInfo:
     """Read and verify the checkpoint folder ``folder`` (nothing in it is changed).
 
@@ -124,19 +153,17 @@ def read_checkpoint(folder: str | os.PathLike[str]) -> CheckpointInfo:
         raise CheckpointError(f"{folder}: {CHECKPOINT_FILE} is not a bayes_rbfn checkpoint")
     if record.get("version") != VERSION:
         raise CheckpointError(f"{folder}: checkpoint version {record.get('version')!r}, expected {VERSION}")
-    try:
-        files = dict(record["files"])
-        info = CheckpointInfo(
-            folder=folder,
-            fingerprint=dict(record["fingerprint"]),
-            iterations_done=int(record["iterations_done"]),
-            total_iterations=int(record["total_iterations"]),
-            files=files,
-        )
-    except (KeyError, TypeError, ValueError) as err:
-        raise CheckpointError(
-            f"{folder}: {CHECKPOINT_FILE} is corrupt (missing or bad field {err})"
-        ) from None
+    problem = _manifest_problem(record)
+    if problem:
+        raise CheckpointError(f"{folder}: {CHECKPOINT_FILE} is corrupt ({problem})")
+    files = dict(record["files"])
+    info = CheckpointInfo(
+        folder=folder,
+        fingerprint=dict(record["fingerprint"]),
+        iterations_done=record["iterations_done"],
+        total_iterations=record["total_iterations"],
+        files=files,
+    )
     for name, expected in files.items():
         path = folder / name
         if Path(name).name != name or not path.is_file():
