@@ -41,7 +41,6 @@ __all__ = [
     "load_data",
     "mean_option",
     "model_names",
-    "non_negative_int",
     "number_option",
     "one_of",
     "option_error",
@@ -49,6 +48,7 @@ __all__ = [
     "positive_int",
     "probability",
     "sampler_arguments",
+    "seed",
     "slug",
 ]
 
@@ -88,7 +88,8 @@ def number_option(
 
 
 positive_int = number_option(int, lambda v: v >= 1, "a positive whole number", "be a positive whole number")
-non_negative_int = number_option(int, lambda v: v >= 0, "a whole number ≥ 0", "be ≥ 0")
+#: A PRNG seed: what JAX's keys hold (a signed 64-bit integer ≥ 0).
+seed = number_option(int, lambda v: 0 <= v < 2**63, "a whole number ≥ 0", "lie in 0 … 2⁶³ − 1")
 probability = number_option(
     float, lambda v: 0.0 < v < 1.0, "a number between 0 and 1", "lie strictly between 0 and 1"
 )
@@ -219,7 +220,7 @@ def sampler_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"warm-up (adaptation) iterations per chain, discarded (default {DEFAULT_WARMUP})",
     )
     sampler.add_argument(
-        "--seed", type=non_negative_int, default=0, help="random seed (inducing inputs and NUTS; default 0)"
+        "--seed", type=seed, default=0, help="random seed (inducing inputs and NUTS; default 0)"
     )
     sampler.add_argument(
         "--target-accept",

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from bayes_rbfn.cli.common import Console, UserError, command, configure_jax, duration, quiet_libraries
-from bayes_rbfn.cli.options import non_negative_int, one_of, output_arguments, positive_int
+from bayes_rbfn.cli.options import one_of, output_arguments, positive_int, seed
 
 __all__ = ["SBC_ALPHA"]
 
@@ -68,7 +68,7 @@ def _sbc_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--thin", type=positive_int, default=5, help="keep every thin-th draw: L = draws // thin ranks (5)"
     )
-    group.add_argument("--seed", type=non_negative_int, default=0, help="random seed (0)")
+    group.add_argument("--seed", type=seed, default=0, help="random seed (0)")
     group.add_argument(
         "--noise-scale",
         type=float,

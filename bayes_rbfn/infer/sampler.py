@@ -99,8 +99,12 @@ class SamplerSettings:
     def __post_init__(self) -> None:
         for name in ("chains", "draws", "warmup", "max_tree_depth", "chunk_size"):
             check_positive_int(getattr(self, name), name)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int | np.integer) or self.seed < 0:
-            raise ValueError(f"seed: expected a whole number ≥ 0, got {self.seed!r}")
+        if (
+            isinstance(self.seed, bool)
+            or not isinstance(self.seed, int | np.integer)
+            or not 0 <= self.seed < 2**63
+        ):
+            raise ValueError(f"seed: expected a whole number in 0 … 2⁶³ − 1, got {self.seed!r}")
         if not (isinstance(self.target_accept, int | float) and 0.0 < self.target_accept < 1.0):
             raise ValueError(f"target_accept: expected a number in (0, 1), got {self.target_accept!r}")
         if self.init not in INITS:

@@ -39,6 +39,11 @@ def posterior_params(idata_or_samples: Any, fixed: Mapping[str, Any] | None = No
 
 def rebuild(idata: Any) -> tuple[ModelSpec, ModelConfig, dict, dict]:
     """(spec, config, data, params) of a fit, from its InferenceData (in memory or from inference.nc)."""
+    if not hasattr(idata, "posterior"):
+        raise ValueError(
+            "idata: expected the InferenceData of bayes_rbfn.fit (or arviz.from_netcdf of its "
+            f"inference.nc), got {type(idata).__name__}"
+        )
     attrs = idata.posterior.attrs
     if "bayes_rbfn_model" not in attrs:
         raise ValueError("idata: not written by bayes_rbfn.fit (no bayes_rbfn_model attribute)")

@@ -351,8 +351,8 @@ def _check_settings(
     """The checked counts of :func:`run_sbc` (positive integers, by name), the number of rank values
     L + 1 and the χ² bins; ``ValueError`` naming the first bad argument."""
     ints = {name: check_positive_int(value, name) for name, value in counts.items()}
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed: must be a non-negative integer, got {seed!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**63:
+        raise ValueError(f"seed: must be a whole number in 0 … 2⁶³ − 1, got {seed!r}")
     if ints["num_inducing"] > ints["n"]:
         raise ValueError(f"num_inducing: {ints['num_inducing']} is more than n = {ints['n']}")
     if ints["thin"] > ints["draws"]:

@@ -195,6 +195,12 @@ def test_num_inducing_larger_than_packaged_data(capsys, tmp_path):
 # Options
 
 
+@pytest.mark.parametrize("command", ["fit", "sbc"])
+@pytest.mark.parametrize("value", ["-1", "9223372036854775808", "1e3"])
+def test_seed_outside_what_a_key_holds(capsys, tmp_path, command, value):
+    refuse([command, "--seed", value], capsys, tmp_path, "argument --seed", "")
+
+
 @pytest.mark.parametrize("option", ["--chains", "--draws", "--warmup", "--num-inducing", "--max-tree-depth"])
 @pytest.mark.parametrize("value", ["0", "-3", "two", "1.5"])
 def test_non_positive_counts(capsys, tmp_path, option, value):

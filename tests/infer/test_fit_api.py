@@ -96,6 +96,12 @@ Y = np.sin(6 * X)
         (dict(coords={"input_dim": ["a", "b"]}), r"coords: 'input_dim' has 1 entries, got 2 names"),
         (dict(group=np.zeros(20, dtype=int)), r"group: the 'sor' model is not grouped"),
         (dict(X_pred=np.ones((3, 2))), r"X_pred: has 2 input dimension\(s\) but X has 1"),
+        (dict(seed=2**63), r"seed: expected a whole number in 0 … 2⁶³ − 1"),
+        (dict(seed=-1), r"seed: expected a whole number in 0 … 2⁶³ − 1"),
+        (dict(target_accept=1.0), r"target_accept: expected a number in \(0, 1\)"),
+        (dict(max_tree_depth=0), r"max_tree_depth: "),
+        (dict(chains=2, sampler=br.SamplerSettings()), r"sampler: give the NUTS settings either"),
+        (dict(wiggliness=3), r"wiggliness: not an option of fit"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
@@ -252,3 +258,9 @@ def test_backtest_scores_are_those_of_the_dense_sor_predictive():
     expected = score_forecast(np.array(means), np.array(sds), y_out)
     for key, value in expected.items():
         assert scores[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
+
+
+@pytest.mark.parametrize("not_a_fit", [None, {"posterior": 1}, "inference.nc"], ids=["none", "dict", "path"])
+def test_predict_names_idata_when_given_anything_but_a_fit(not_a_fit):
+    with pytest.raises(ValueError, match=r"idata: expected the InferenceData of bayes_rbfn.fit"):
+        br.predict(not_a_fit, X)
