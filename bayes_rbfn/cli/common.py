@@ -23,6 +23,7 @@ from bayes_rbfn import runtime
 __all__ = [
     "COMMANDS",
     "EXIT_INTERRUPTED",
+    "EXIT_STORAGE",
     "EXIT_USAGE",
     "PROG",
     "Command",
@@ -30,6 +31,7 @@ __all__ = [
     "HelpFormatter",
     "Interrupted",
     "Parser",
+    "StorageError",
     "UsageError",
     "UserError",
     "build_parser",
@@ -52,12 +54,20 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 
+#: The system refused to store something (disk full, quota, read-only or I/O error): sysexits' EX_IOERR.
+EXIT_STORAGE = 74
+
+
 class UserError(Exception):
     """Something the user can fix (an option, a file, a column, a value); printed without a traceback."""
 
 
 class UsageError(UserError):
     """A command-line syntax error reported by argparse."""
+
+
+class StorageError(Exception):
+    """A file could not be written (disk full, …); ``str()`` says what was kept and how to go on."""
 
 
 class Interrupted(KeyboardInterrupt):

@@ -4,6 +4,7 @@ density, predictive bands), through :func:`bayes_rbfn.workflows.compare.compare_
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import time
 import warnings
@@ -174,7 +175,7 @@ def plan_compare(args: argparse.Namespace) -> ComparePlan:
         if args.out is not None
         else default_output_dir(prefix=f"bayes_rbfn_compare_{slug(data.name)}")
     )
-    prepare_output_dir(out, args.overwrite)
+    prepare_output_dir(out, args.overwrite, protect=[args.data] if args.data else [])
     return ComparePlan(
         data=data,
         source=source,
@@ -205,13 +206,15 @@ def plan_compare(args: argparse.Namespace) -> ComparePlan:
 def _run_compare(args: argparse.Namespace, console: Console) -> int:
     from bayes_rbfn.gp.sparse import VarianceCollapseWarning
     from bayes_rbfn.infer.sampler import SamplerSettings
-    from bayes_rbfn.io.output import atomic_output_dir
+    from bayes_rbfn.io.output import atomic_output_dir, output_lock, remove_leftovers
     from bayes_rbfn.workflows.compare import compare_models
 
     start = time.perf_counter()
     configure_jax()
-    with quiet_libraries():
+    with quiet_libraries(), contextlib.ExitStack() as stack:
         plan = plan_compare(args)
+        stack.enter_context(output_lock(plan.out))
+        remove_leftovers(plan.out)
         d = plan.data
         console.say(
             f"Data: {plan.source} — {len(plan.train):,} training rows"
@@ -257,7 +260,7 @@ def _run_compare(args: argparse.Namespace, console: Console) -> int:
         collapse = sorted({str(w.message) for w in caught if issubclass(w.category, VarianceCollapseWarning)})
         report = _compare_report(plan, args, comparison, collapse, time.perf_counter() - start)
         console.say(f"Writing {plan.out} ...")
-        with atomic_output_dir(plan.out, args.overwrite) as tmp:
+        with atomic_output_dir(plan.out, args.overwrite, protect=[args.data] if args.data else []) as tmp:
             comparison.table.to_csv(tmp / "comparison.csv", index_label="model")
             comparison.plot(tmp / "comparison.png")
             for name, idata in comparison.idatas.items():

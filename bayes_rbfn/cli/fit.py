@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bayes_rbfn.cli.common import (
+    PROG,
     Console,
     UserError,
     command,
@@ -47,9 +48,18 @@ from bayes_rbfn.cli.options import (
     sampler_arguments,
     slug,
 )
-from bayes_rbfn.cli.resume import interrupted, partial_dir, resume_args, start_partial
+from bayes_rbfn.cli.resume import (
+    check_resumable,
+    failed,
+    interrupted,
+    partial_dir,
+    resume_args,
+    saved_progress,
+    start_partial,
+)
 from bayes_rbfn.defaults import DEFAULT_NUM_INDUCING
 from bayes_rbfn.io.datasets import Dataset, list_datasets
+from bayes_rbfn.io.reader import InputError
 from bayes_rbfn.workflows import planning
 from bayes_rbfn.workflows.planning import (
     DEFAULT_DATASET,
@@ -279,7 +289,15 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
 
     X_pred, group_pred = planning.prediction_inputs(data, args.x_pred_extend)
     out = args.out if args.out is not None else default_output_dir(prefix=f"bayes_rbfn_{slug(data.name)}")
-    prepare_output_dir(out, args.overwrite)
+    try:
+        prepare_output_dir(out, args.overwrite, protect=_inputs(args))
+    except InputError as err:
+        if saved_progress(partial_dir(Path(out))) is None:
+            raise
+        raise UserError(
+            f"{err}. The sampling of an earlier run is kept in {partial_dir(Path(out))}: once the folder is "
+            f"free, continue it with '{PROG} fit --resume {out}'"
+        ) from None
     return FitPlan(
         data=data,
         source=source,
@@ -327,32 +345,52 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
     ),
 )
 def _run_fit(args: argparse.Namespace, console: Console) -> int:
+    from bayes_rbfn.io.output import output_lock, remove_leftovers
+
     start = time.perf_counter()
     resuming = args.resume is not None
     if resuming:
+        folder = args.resume
         partial, args = resume_args(args)
     configure_jax()
     with quiet_libraries():
         plan = _plan_fit(args, console)
-        if not resuming:
-            partial = partial_dir(plan.out)
-            start_partial(partial, args, plan.out)
-        try:
-            _announce(plan, console)
+        # Held for the whole run: a second run on the same --out is refused at once, whatever it asks for.
+        with output_lock(plan.out):
             if resuming:
-                console.say(f"Resuming from {partial} ...")
-            t_sample = time.perf_counter()
-            idata = _sample(plan)
-            sampling_seconds = time.perf_counter() - t_sample
-            console.say("Summarising: diagnostics, PSIS-LOO, predictive intervals ...")
-            results = _summarise(plan, idata)
-            idata.posterior.attrs["bayes_rbfn_command"] = command_line(args)
-            idata.posterior.attrs["bayes_rbfn_data"] = plan.source
-            _write_outputs(plan, args, idata, results, console, start, sampling_seconds)
-        except KeyboardInterrupt:
-            raise interrupted(partial, plan.out, resuming) from None
-        shutil.rmtree(partial, ignore_errors=True)
+                check_resumable(partial, folder, plan.out, args.overwrite)
+            for path in remove_leftovers(plan.out, partial_dir(plan.out)):
+                console.say(f"  note: removed {path}, left by a run that was killed")
+            if not resuming:
+                partial = partial_dir(plan.out)
+                for note in start_partial(partial, args, plan.out):
+                    console.say(f"  note: {note}")
+            try:
+                _announce(plan, console)
+                if resuming:
+                    console.say(f"Resuming from {partial} ...")
+                t_sample = time.perf_counter()
+                idata = _sample(plan)
+                sampling_seconds = time.perf_counter() - t_sample
+                console.say("Summarising: diagnostics, PSIS-LOO, predictive intervals ...")
+                results = _summarise(plan, idata)
+                idata.posterior.attrs["bayes_rbfn_command"] = command_line(args)
+                idata.posterior.attrs["bayes_rbfn_data"] = plan.source
+                _write_outputs(plan, args, idata, results, console, start, sampling_seconds)
+            except KeyboardInterrupt:
+                raise interrupted(partial, plan.out, resuming) from None
+            except BaseException as err:
+                replacement = failed(partial, plan.out, resuming, err)
+                if replacement is None:
+                    raise
+                raise replacement from err
+            shutil.rmtree(partial, ignore_errors=True)
     return 0
+
+
+def _inputs(args: argparse.Namespace) -> list[str]:
+    """The user's files that an output folder must never replace."""
+    return [args.data] if getattr(args, "data", None) else []
 
 
 def _announce(plan: FitPlan, console: Console) -> None:
@@ -692,7 +730,7 @@ def _write_outputs(
     from bayes_rbfn.io.output import atomic_output_dir
 
     console.say(f"Writing {plan.out} ...")
-    with atomic_output_dir(plan.out, args.overwrite) as tmp:
+    with atomic_output_dir(plan.out, args.overwrite, protect=_inputs(args)) as tmp:
         idata.to_netcdf(str(tmp / "inference.nc"))
         results.summary.to_csv(tmp / "summary.csv", index_label="parameter")
         _predictions_frame(plan, results).to_csv(tmp / "predictions.csv", index=False)

@@ -2,9 +2,10 @@
 statuses.
 
 Exit status: 0 on success, 2 for a user error (bad option, file, column or value; the message says what and
-where, with no traceback, and nothing is written), 130 after Ctrl-C (nothing is written: results are
-assembled in a hidden temporary folder that becomes the output folder only when complete). Any other
-exception is a bug and shows its traceback.
+where, with no traceback, and nothing is written), 74 when the system refuses to store a file (disk full,
+quota, read-only or I/O error; the message says what was kept, e.g. the sampling for ``--resume``), 130 after
+Ctrl-C (nothing is written: results are assembled in a hidden temporary folder that becomes the output folder
+only when complete). Any other exception is a bug and shows its traceback.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ from bayes_rbfn.cli import datasets, fit, compare, sbc  # noqa: F401  isort: ski
 from bayes_rbfn.cli.common import (
     COMMANDS,
     EXIT_INTERRUPTED,
+    EXIT_STORAGE,
     EXIT_USAGE,
     PROG,
     Console,
     Interrupted,
+    StorageError,
     UsageError,
     UserError,
     build_parser,
@@ -89,6 +92,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UserError, InputError) as err:
         console.error(str(err))
         return EXIT_USAGE
+    except StorageError as err:
+        console.error(str(err))
+        return EXIT_STORAGE
+    except OSError as err:
+        where = f"{err.filename}: " if err.filename else ""
+        console.error(f"cannot write or read a file: {where}{err.strerror or err}; no results were written")
+        return EXIT_STORAGE
     except Interrupted as err:
         console.error(str(err))
         return EXIT_INTERRUPTED

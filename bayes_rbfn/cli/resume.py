@@ -7,18 +7,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 from pathlib import Path
+from typing import Any
 
-from bayes_rbfn.cli.common import PROG, Interrupted, UserError, build_parser, package_version
+from bayes_rbfn.cli.common import PROG, Interrupted, StorageError, UserError, build_parser, package_version
 
 __all__ = [
     "PARTIAL_SUFFIX",
     "RUN_FORMAT",
     "RUN_RECORD",
+    "check_resumable",
+    "failed",
     "interrupted",
     "partial_dir",
     "resume_args",
+    "saved_progress",
     "start_partial",
 ]
 
@@ -35,45 +40,88 @@ RUN_FORMAT = "bayes_rbfn.fit-run"
 
 def partial_dir(out: Path) -> Path:
     """The checkpoint folder of the output folder ``out``: ``out.partial`` next to it."""
-    out = Path(out)
+    out = Path(os.path.abspath(out)) if not Path(out).name else Path(out)
     return out.with_name(out.name + PARTIAL_SUFFIX)
 
 
-def start_partial(partial: Path, args: argparse.Namespace, out: Path) -> None:
-    """Refuse a leftover checkpoint (unless --overwrite) and record the run's options for --resume."""
+def saved_progress(partial: Path) -> Any:
+    """The checkpoint in ``partial`` (a :class:`~bayes_rbfn.infer.checkpoint.CheckpointInfo`), or None when
+    there is none that a run could continue from (no first checkpoint yet, or a corrupt one)."""
+    from bayes_rbfn.infer.checkpoint import CheckpointError, read_checkpoint
+
+    try:
+        info = read_checkpoint(partial / "sampler")
+    except (CheckpointError, OSError):  # OSError: a path the system refuses (a name too long, …)
+        return None
+    return info if info.iterations_done > 0 else None
+
+
+def start_partial(partial: Path, args: argparse.Namespace, out: Path) -> list[str]:
+    """Prepare the checkpoint folder of a new run and record its options for --resume.
+
+    A leftover ``partial`` that holds saved iterations is refused (continue it with --resume), unless
+    ``--overwrite``; one that holds none (its run stopped before the first checkpoint) is removed, so a
+    corrected rerun with the same --out just works. A folder there that this program did not write is never
+    removed. Call it while holding the output folder's lock (no live run is using ``partial``).
+
+    Returns:
+        Notes for the console (what was removed).
+    """
     from bayes_rbfn.io.output import atomic_write_bytes
 
+    notes = []
     if partial.exists() or partial.is_symlink():
-        if not args.overwrite:
+        if not partial.is_dir() or partial.is_symlink() or not (partial / RUN_RECORD).is_file():
             raise UserError(
-                f"{partial} holds an interrupted run for this output folder: continue it with "
-                f"'{PROG} fit --resume {partial.with_name(partial.name[: -len(PARTIAL_SUFFIX)])}', "
+                f"{partial}: this program keeps the checkpoint of --out {out} there, but it holds something "
+                "else; move it away or choose another --out"
+            )
+        info = saved_progress(partial)
+        if info is not None and not args.overwrite:
+            raise UserError(
+                f"{partial} holds an interrupted run for this output folder ({info.iterations_done} of "
+                f"{info.total_iterations} iterations saved): continue it with '{PROG} fit --resume {out}', "
                 "or add --overwrite to start afresh"
             )
-        if partial.is_dir() and not partial.is_symlink():
-            shutil.rmtree(partial)
-        else:
-            partial.unlink()
+        if info is None:
+            notes.append(f"removed {partial}: its run stopped before saving any iteration")
+        shutil.rmtree(partial)
     partial.mkdir(parents=True)
     record = {
         "format": RUN_FORMAT,
         "version": 1,
         "argv": list(args.argv),
+        "cwd": os.getcwd(),
         "out": str(Path(out).absolute()),
         "package": package_version(),
     }
     atomic_write_bytes(partial / RUN_RECORD, json.dumps(record, indent=1).encode("utf-8"))
+    return notes
+
+
+def failed(partial: Path, out: Path, resuming: bool, err: BaseException) -> BaseException | None:
+    """After a run failed (not Ctrl-C): keep a checkpoint that holds iterations, remove one that holds none
+    (so the same command can simply be run again), and turn a failed write into a :class:`StorageError`
+    that says what was kept. None: re-raise ``err`` as it is."""
+    info = saved_progress(partial)
+    if info is None and not resuming:
+        shutil.rmtree(partial, ignore_errors=True)
+    if not isinstance(err, OSError):
+        return None
+    where = f" ({err.filename})" if err.filename else ""
+    reason = f"cannot write{where}: {err.strerror or err}"
+    if info is None:
+        return StorageError(f"{reason}; no results were written and no iteration was saved")
+    return StorageError(
+        f"{reason}; no results were written. {info.iterations_done} of {info.total_iterations} iterations "
+        f"are saved in {partial}: make room, then continue with '{PROG} fit --resume {out}'"
+    )
 
 
 def interrupted(partial: Path, out: Path, resuming: bool) -> BaseException:
     """The exception to raise after Ctrl-C during sampling: keep a checkpoint that holds draws."""
-    from bayes_rbfn.infer.checkpoint import CheckpointError, read_checkpoint
-
-    try:
-        info = read_checkpoint(partial / "sampler")
-    except CheckpointError:
-        info = None
-    if info is None or info.iterations_done == 0:
+    info = saved_progress(partial)
+    if info is None:
         if not resuming:
             shutil.rmtree(partial, ignore_errors=True)
         return KeyboardInterrupt()
@@ -115,23 +163,40 @@ def resume_args(args: argparse.Namespace) -> tuple[Path, argparse.Namespace]:
         raise UserError(
             f"--resume {folder}: {partial / RUN_RECORD} is corrupt ({err}); nothing was changed"
         ) from None
+    saved = build_parser().parse_args(argv)
+    if saved.command != "fit" or saved.resume is not None:
+        raise UserError(f"--resume {folder}: {partial / RUN_RECORD} is not a record of '{PROG} fit'")
+    if partial_dir(out).absolute() != partial.absolute():
+        raise UserError(f"--resume {folder}: {partial} does not belong to the output folder {out}")
+    # Paths on the saved command line are relative to where it was typed.
+    cwd = record.get("cwd")
+    if saved.data is not None and isinstance(cwd, str) and not Path(saved.data).expanduser().is_absolute():
+        saved.data = str(Path(cwd) / saved.data)
+    saved.quiet = saved.quiet or args.quiet
+    saved.argv = argv
+    saved.out = out
+    return partial, saved
+
+
+def check_resumable(partial: Path, folder: Path, out: Path, overwrite: bool) -> None:
+    """Refuse to resume a checkpoint that cannot be continued, or into an output folder that is taken.
+    Call it while holding the output folder's lock (no live run is writing ``partial``)."""
     from bayes_rbfn.infer.checkpoint import CheckpointError, read_checkpoint
 
     try:
         read_checkpoint(partial / "sampler")
     except CheckpointError as err:
+        if not (partial / "sampler").exists():
+            raise UserError(
+                f"--resume {folder}: the run stopped before saving any iteration, so there is nothing to "
+                f"continue; run the same fit again without --resume (it starts afresh)"
+            ) from None
         raise UserError(f"--resume {folder}: cannot continue: {err}; nothing was changed") from None
-    saved = build_parser().parse_args(argv)
-    if saved.command != "fit" or saved.resume is not None:
-        raise UserError(f"--resume {folder}: {partial / RUN_RECORD} is not a record of '{PROG} fit'")
-    saved.quiet = saved.quiet or args.quiet
-    saved.argv = argv
-    if partial_dir(out).absolute() != partial.absolute():
-        raise UserError(f"--resume {folder}: {partial} does not belong to the output folder {out}")
-    if out.exists() and any(out.iterdir()) and not saved.overwrite:
-        raise UserError(f"--resume {folder}: the output folder {out} exists and is not empty")
-    saved.out = out
-    return partial, saved
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise UserError(
+            f"--resume {folder}: the output folder {out} exists and is not empty; the sampling is kept in "
+            f"{partial}: move {out} away, then run --resume again"
+        )
 
 
 def _fit_defaults() -> dict:

@@ -95,7 +95,7 @@ def _sbc_arguments(parser: argparse.ArgumentParser) -> None:
     ),
 )
 def _run_sbc(args: argparse.Namespace, console: Console) -> int:
-    from bayes_rbfn.io.output import default_output_dir, prepare_output_dir
+    from bayes_rbfn.io.output import default_output_dir, output_lock, prepare_output_dir, remove_leftovers
     from bayes_rbfn.workflows import sbc
 
     if not (np.isfinite(args.noise_scale) and args.noise_scale >= 1):
@@ -114,7 +114,8 @@ def _run_sbc(args: argparse.Namespace, console: Console) -> int:
     out = args.out if args.out is not None else default_output_dir(prefix=f"bayes_rbfn_sbc_{args.model}")
     prepare_output_dir(out, args.overwrite)
     configure_jax()
-    with quiet_libraries():
+    with quiet_libraries(), output_lock(out):
+        remove_leftovers(out)
         console.say(
             f"SBC of {args.model}: {args.reps} simulated data sets of n = {args.n}, each fitted with NUTS "
             f"({args.warmup} warm-up + {args.draws} draws, every {args.thin}th kept), all at once. "

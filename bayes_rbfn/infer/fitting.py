@@ -264,6 +264,13 @@ def build_model(
         family = spec.family
     else:
         family = get_family(kernel)
+    if jitter is not None and (
+        isinstance(jitter, bool) or not isinstance(jitter, int | float | np.floating) or not 0 < jitter < np.inf
+    ):
+        raise ValueError(
+            f"jitter: expected a finite number > 0 (relative to the kernel's variance; None for the "
+            f"package's policy), got {jitter!r}"
+        )
     fixed = dict(fixed or {})
     if noise is not None:
         fixed["noise"] = check_positive(noise, "noise")

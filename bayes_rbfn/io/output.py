@@ -16,49 +16,116 @@ of ``out`` (same parent) rather than in the system temp directory.
 from __future__ import annotations
 
 import contextlib
+import errno
+import json
 import os
 import secrets
 import shutil
-from collections.abc import Iterator
+import socket
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 
 from bayes_rbfn.io.reader import InputError
 
 __all__ = [
+    "MARKER",
     "InputError",
+    "OutputInUse",
     "atomic_output_dir",
     "atomic_replace",
     "atomic_write_bytes",
     "default_output_dir",
+    "output_lock",
     "prepare_output_dir",
+    "remove_leftovers",
 ]
 
+#: The file written into every output folder; ``--overwrite`` replaces only a folder that holds it.
+MARKER = ".bayes-rbfn-output"
 
-def prepare_output_dir(out: str | os.PathLike[str], overwrite: bool) -> None:
+#: File systems whose files are the kernel's, not the user's: never a place for results.
+_SYSTEM_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
+
+#: Characters that :func:`_sibling` adds to a name (``.NAME.tmp-1a2b3c4d``) and the ``.partial`` suffix.
+_SIBLING_EXTRA = len("..partial.tmp-") + 8
+
+
+class OutputInUse(InputError):
+    """The output folder is locked by a live run."""
+
+
+def prepare_output_dir(
+    out: str | os.PathLike[str], overwrite: bool, protect: Sequence[str | os.PathLike[str]] = ()
+) -> None:
     """Check that results may be written to the folder ``out``; nothing is created or changed.
 
     Accepted: ``out`` does not exist (its parent is created later), exists as an empty folder, or exists
-    as a non-empty folder and ``overwrite`` is True.
+    as a folder that an earlier run wrote (it holds :data:`MARKER`) and ``overwrite`` is True.
+
+    Args:
+        out: the output folder.
+        overwrite: whether an earlier run's results in ``out`` may be replaced.
+        protect: files that must survive (the input data); ``out`` may not contain any of them. The current
+            directory is always protected: ``out`` may be neither it nor one of its parents.
 
     Raises:
-        InputError: ``out`` is a file (or other non-folder), a non-empty folder without ``overwrite``
-            ("use --overwrite"), or its nearest existing parent is a file or not writable.
+        InputError: ``out`` is a file (or other non-folder); holds the current directory or a protected
+            file; is non-empty without ``overwrite`` ("use --overwrite"), or with ``overwrite`` but not a
+            folder this program wrote; lies in /proc, /sys or /dev; has a name too long for the file
+            system once the hidden sibling's suffix is added; or its nearest existing parent is a file or
+            not writable.
     """
     out = Path(out)
+    here = Path(os.path.abspath(out))
+    resolved = here.resolve()
+    if any(resolved == root or root in resolved.parents for root in _SYSTEM_ROOTS):
+        raise InputError(f"output folder {out}: {resolved} is a system folder, not a place for results")
+    cwd = Path.cwd().resolve()
+    if resolved == cwd or resolved in cwd.parents:
+        raise InputError(
+            f"output folder {out}: it is the current directory{'' if resolved == cwd else ' or holds it'}, "
+            "which is never replaced; choose a new folder for --out"
+        )
+    for path in protect:
+        kept = Path(path).resolve()
+        if resolved == kept or resolved in kept.parents:
+            raise InputError(
+                f"output folder {out}: it holds the input file {path}, which is never replaced; choose "
+                "another --out"
+            )
+    longest = _name_max(_nearest_existing(here.parent)) - _SIBLING_EXTRA
+    if len(os.fsencode(here.name)) > longest:
+        raise InputError(
+            f"output folder {out}: the name is too long ({len(os.fsencode(here.name))} bytes; with the "
+            f"suffixes this program adds it must stay within {longest}); choose a shorter --out"
+        )
     if out.exists() or out.is_symlink():
         if not out.is_dir():
             raise InputError(f"output folder {out}: exists and is not a folder; choose another --out")
-        if not overwrite and any(out.iterdir()):
-            raise InputError(
-                f"output folder {out}: exists and is not empty; use --overwrite to replace it, or "
-                "choose another --out"
-            )
-    parent = _nearest_existing(out.absolute().parent)
+        if any(out.iterdir()):
+            if not overwrite:
+                raise InputError(
+                    f"output folder {out}: exists and is not empty; use --overwrite to replace an earlier "
+                    "result of this program there, or choose another --out"
+                )
+            if not (out / MARKER).is_file():
+                raise InputError(
+                    f"output folder {out}: exists and holds files this program did not write (no {MARKER} "
+                    "file), so --overwrite will not delete it; choose another --out"
+                )
+    parent = _nearest_existing(here.parent)
     if not parent.is_dir():
         raise InputError(f"output folder {out}: {parent} is a file, not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise InputError(f"output folder {out}: cannot write in {parent} (permission denied)")
+
+
+def _name_max(folder: Path) -> int:
+    try:
+        return int(os.pathconf(folder, "PC_NAME_MAX"))
+    except (OSError, ValueError, AttributeError):
+        return 255
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -76,7 +143,9 @@ def _sibling(out: Path, tag: str) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_output_dir(out: str | os.PathLike[str], overwrite: bool) -> Iterator[Path]:
+def atomic_output_dir(
+    out: str | os.PathLike[str], overwrite: bool, protect: Sequence[str | os.PathLike[str]] = ()
+) -> Iterator[Path]:
     """Yield an empty temporary folder; on success it becomes ``out``, on failure it is removed.
 
     The temporary folder is a hidden sibling of ``out`` (same parent, so the final rename is atomic).
@@ -88,9 +157,12 @@ def atomic_output_dir(out: str | os.PathLike[str], overwrite: bool) -> Iterator[
     into place (say ``out`` was filled by another program meanwhile), it is kept and the InputError
     names it, so a long run is not lost.
 
+    The finished folder also gets :data:`MARKER`, which lets a later ``overwrite`` replace it.
+
     Args:
         out: the final output folder.
-        overwrite: replace an existing non-empty ``out``.
+        overwrite: replace an existing ``out`` that an earlier run wrote.
+        protect: files that ``out`` may not contain (see :func:`prepare_output_dir`).
 
     Yields:
         Path of the temporary folder to write every result file into.
@@ -99,7 +171,7 @@ def atomic_output_dir(out: str | os.PathLike[str], overwrite: bool) -> Iterator[
         InputError: as :func:`prepare_output_dir`, or when the temporary folder cannot be created.
     """
     out = Path(out).absolute()
-    prepare_output_dir(out, overwrite)
+    prepare_output_dir(out, overwrite, protect)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -119,11 +191,13 @@ def atomic_output_dir(out: str | os.PathLike[str], overwrite: bool) -> Iterator[
 
     try:
         yield tmp
+        marker = {"format": "bayes_rbfn.output", "written": datetime.now().isoformat(timespec="seconds")}
+        (tmp / MARKER).write_text(json.dumps(marker) + "\n", encoding="utf-8")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     try:
-        _move_into_place(tmp, out, overwrite)
+        _move_into_place(tmp, out, overwrite, protect)
     except (OSError, InputError) as err:
         # The results are complete: keep them rather than lose a long run to a late conflict.
         raise InputError(
@@ -132,13 +206,15 @@ def atomic_output_dir(out: str | os.PathLike[str], overwrite: bool) -> Iterator[
         ) from err
 
 
-def _move_into_place(tmp: Path, out: Path, overwrite: bool) -> None:
+def _move_into_place(
+    tmp: Path, out: Path, overwrite: bool, protect: Sequence[str | os.PathLike[str]]
+) -> None:
     """Rename the finished ``tmp`` to ``out``, via a backup of an existing ``out``."""
     if not (out.exists() or out.is_symlink()):
         os.rename(tmp, out)
         return
     # Re-check: something may have been written to `out` while the results were being computed.
-    prepare_output_dir(out, overwrite)
+    prepare_output_dir(out, overwrite, protect)
     backup = _sibling(out, "old")
     os.rename(out, backup)
     try:
@@ -150,6 +226,154 @@ def _move_into_place(tmp: Path, out: Path, overwrite: bool) -> None:
         shutil.rmtree(backup, ignore_errors=True)
     else:
         backup.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def output_lock(out: str | os.PathLike[str]) -> Iterator[Path]:
+    """Hold the lock of the output folder ``out`` (and of ``out.partial``) while the block runs.
+
+    The lock is the hidden file ``.NAME.lock`` next to ``out``, locked with ``flock`` and holding the
+    owner's pid and host. The operating system releases a ``flock`` when its process dies, however it
+    dies, so a lock left by a killed run is stale by construction and is taken over; where ``flock`` is
+    missing, a lock whose pid is gone on this host is stale. The file is removed when the block ends.
+
+    Yields:
+        The lock file's path.
+
+    Raises:
+        OutputInUse: a live run holds the lock (the message names its pid and start).
+        InputError: the lock file cannot be created next to ``out`` (a system folder, a read-only one, …).
+    """
+    out = Path(out).absolute()
+    lock = out.parent / f".{out.name}.lock"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(f"output folder {out}: cannot create {out.parent} ({err.strerror or err})") from err
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise InputError(
+                f"output folder {out}: cannot create a file in {out.parent} ({err.strerror or err})"
+            ) from err
+        try:
+            _acquire(fd, lock, out)
+            # The holder before us may have removed the file between our open and our lock: then the lock
+            # is on a deleted file and another run could create a new one. Lock the file that is there.
+            if os.fstat(fd).st_ino != os.stat(lock).st_ino:
+                raise FileNotFoundError
+        except FileNotFoundError:
+            os.close(fd)
+            continue
+        except BaseException:
+            os.close(fd)
+            raise
+        break
+    try:
+        owner = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": datetime.now().isoformat("T", "seconds"),
+        }
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps(owner).encode("utf-8"))
+        yield lock
+    finally:
+        with contextlib.suppress(OSError):
+            lock.unlink()
+        os.close(fd)
+
+
+def _acquire(fd: int, lock: Path, out: Path) -> None:
+    """Lock ``fd`` without waiting, or raise :class:`OutputInUse` naming the live owner."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - no flock (Windows): a pid that is gone on this host is stale
+        fcntl = None
+    if fcntl is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as err:
+            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise InputError(f"output folder {out}: cannot lock {lock} ({err.strerror or err})") from err
+    owner = _lock_owner(lock)
+    if fcntl is None and not _alive(owner):
+        return
+    who = (
+        f"pid {owner.get('pid')} on {owner.get('host')}, since {owner.get('since')}"
+        if owner
+        else "another run"
+    )
+    raise OutputInUse(
+        f"output folder {out}: in use by a live run ({who}); wait for it to finish, or choose another --out"
+    )
+
+
+def _lock_owner(lock: Path) -> dict:
+    try:
+        owner = json.loads(lock.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return owner if isinstance(owner, dict) else {}
+
+
+def _alive(owner: dict) -> bool:
+    pid = owner.get("pid")
+    if not isinstance(pid, int) or owner.get("host") != socket.gethostname():
+        return bool(owner)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_leftovers(
+    out: str | os.PathLike[str], partial: str | os.PathLike[str] | None = None
+) -> list[Path]:
+    """Remove the hidden temporaries a killed run left next to ``out`` (and inside ``partial``).
+
+    Call it only while holding :func:`output_lock`: then no live run is writing them. A backup
+    ``.NAME.old-*`` of an earlier result is put back as ``out`` when ``out`` is missing (the run was
+    killed between moving the old result aside and moving the new one in), else removed.
+
+    Returns:
+        The paths removed.
+    """
+    out = Path(out).absolute()
+    removed: list[Path] = []
+    if out.parent.is_dir():
+        for path in sorted(out.parent.glob(f".{_glob_escape(out.name)}.old-*")):
+            if not (out.exists() or out.is_symlink()) and path.is_dir():
+                os.rename(path, out)
+            else:
+                _remove(path)
+                removed.append(path)
+        for path in out.parent.glob(f".{_glob_escape(out.name)}.tmp-*"):
+            _remove(path)
+            removed.append(path)
+    for folder in () if partial is None else (Path(partial), Path(partial) / "sampler"):
+        if folder.is_dir():
+            for path in folder.glob(".*.tmp-*"):
+                _remove(path)
+                removed.append(path)
+    return removed
+
+
+def _glob_escape(name: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 def atomic_replace(tmp_path: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:

@@ -25,6 +25,7 @@ from reference import gram, jittered, sor_function_space
 
 from bayes_rbfn import cli
 from bayes_rbfn.cli import options
+from bayes_rbfn.io import output
 from bayes_rbfn.io.datasets import load_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -245,9 +246,15 @@ def test_overwrite_replaces_an_existing_folder(snelson_run, tmp_path, capsys, mo
     status, _, stderr = run_cli(argv, capsys)
     assert status == 2 and "use --overwrite" in stderr
     assert listing(out) == {"notes.txt"}
+    # --overwrite replaces only an earlier result of this program (the marker every output folder gets)
+    status, _, stderr = run_cli([*argv, "--overwrite"], capsys)
+    assert status == 2 and "holds files this program did not write" in stderr
+    assert listing(out) == {"notes.txt"}
+    (out / output.MARKER).write_text("{}")
     status, _, _ = run_cli([*argv, "--overwrite"], capsys)
     assert status == 0
     assert not (out / "notes.txt").exists() and (out / "inference.nc").exists()
+    assert (out / output.MARKER).is_file()
 
 
 # --------------------------------------------------------------------------------------------------

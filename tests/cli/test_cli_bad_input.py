@@ -20,6 +20,7 @@ import pytest
 import bayes_rbfn.infer.fitting
 from bayes_rbfn import cli
 from bayes_rbfn.cli.compare import plan_compare
+from bayes_rbfn.io import output
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,8 +73,8 @@ def good_csv(tmp_path):
     return path
 
 
-def fit_csv(path, *extra):
-    return ["fit", path, "--x", "t", "--y", "y", "--out", "res", *extra]
+def fit_csv(path, *extra, out="res"):
+    return ["fit", path, "--x", "t", "--y", "y", "--out", out, *extra]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -300,6 +301,64 @@ def test_existing_non_empty_output_folder(capsys, tmp_path, good_csv):
 def test_output_folder_is_a_file(capsys, tmp_path, good_csv):
     (tmp_path / "res").write_text("a file")
     refuse(fit_csv(good_csv), capsys, tmp_path, "not a folder")
+
+
+def test_overwrite_never_deletes_what_this_program_did_not_write(capsys, tmp_path, good_csv):
+    """--overwrite replaces only an earlier result (the marker file every output folder gets)."""
+    (tmp_path / "res").mkdir()
+    (tmp_path / "res" / "thesis.tex").write_text("years of work")
+    refuse(fit_csv(good_csv, "--overwrite"), capsys, tmp_path, "did not write", "will not delete")
+    refuse(
+        ["compare", good_csv, "--x", "t", "--y", "y", "--out", "res", "--overwrite"],
+        capsys,
+        tmp_path,
+        "did not write",
+    )
+
+
+@pytest.mark.parametrize("where", ["data-folder", "data-folder-parent"])
+def test_overwrite_never_replaces_the_folder_of_the_input(capsys, tmp_path, where):
+    """`fit proj/data.csv … --out proj --overwrite`: refused even when proj looks like an earlier result."""
+    project = tmp_path / "proj" / "sub"
+    project.mkdir(parents=True)
+    csv = project / "data.csv"
+    csv.write_text("t,y\n" + "".join(f"{i},{(i * 7) % 5}\n" for i in range(12)))
+    out = project if where == "data-folder" else tmp_path / "proj"
+    (out / output.MARKER).write_text("{}")
+    refuse(
+        ["fit", csv, "--x", "t", "--y", "y", "--out", out, "--overwrite"],
+        capsys,
+        tmp_path,
+        "holds the input file",
+    )
+
+
+@pytest.mark.parametrize("out", [".", "..", "./"], ids=["cwd", "parent-of-cwd", "cwd-slash"])
+def test_current_directory_is_never_the_output_folder(capsys, tmp_path, good_csv, out):
+    (tmp_path / output.MARKER).write_text("{}")  # even if it looks like an earlier result
+    refuse(
+        fit_csv(good_csv, "--overwrite", out=out),
+        capsys,
+        tmp_path,
+        "current directory",
+    )
+
+
+@pytest.mark.parametrize(
+    "out", ["/proc/self/res", "/proc/bayes_rbfn_res", "/sys/kernel/res", "/dev/res"], ids=str
+)
+def test_system_folders_are_refused(capsys, tmp_path, good_csv, out):
+    refuse(fit_csv(good_csv, out=out), capsys, tmp_path, "system folder")
+
+
+def test_output_name_too_long(capsys, tmp_path, good_csv):
+    name = "r" * 250  # a valid name, but not once ".partial" or ".NAME.tmp-xxxxxxxx" is added
+    refuse(fit_csv(good_csv, out=name), capsys, tmp_path, "name is too long")
+
+
+def test_output_parent_is_a_file(capsys, tmp_path, good_csv):
+    (tmp_path / "afile").write_text("x")
+    refuse(fit_csv(good_csv, out="afile/res"), capsys, tmp_path, "is a file, not a folder")
 
 
 # --------------------------------------------------------------------------------------------------

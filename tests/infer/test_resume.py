@@ -12,6 +12,7 @@ What is proved:
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -316,3 +317,113 @@ def test_foreign_folder_is_refused_and_left_untouched(tmp_path, capsys, kind):
     err = capsys.readouterr().err
     assert err.startswith("bayes-rbfn: error: --resume") and "Traceback" not in err
     assert snapshot(tmp_path) == before
+
+
+# --------------------------------------------------------------------------------------------------
+# Faults after start-up (issue 19, classes 3 and 8): a full disk, a crash; resuming from elsewhere
+
+
+def hidden_temporaries(folder: Path) -> list[str]:
+    """Hidden temporary files or folders (``.NAME.tmp-*``, ``.NAME.old-*``) anywhere below ``folder``."""
+    return sorted(
+        str(p.relative_to(folder)) for p in folder.rglob(".*") if ".tmp-" in p.name or ".old-" in p.name
+    )
+
+
+def disk_full_after_checkpoint(monkeypatch, count: int):
+    """The ``count``-th checkpoint fails as a full disk does: its manifest's temporary file is written, and
+    moving it into place raises ENOSPC (inside the real writer, whose clean-up runs); returns the real
+    manifest writer, to restore it."""
+    from bayes_rbfn.io import output
+
+    write_manifest = checkpoint.write_manifest
+    calls = []
+
+    def no_space(tmp_path, path):
+        assert Path(tmp_path).is_file()
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    def write_or_fail(*args, **kwargs):
+        calls.append(1)
+        with monkeypatch.context() as patch:
+            if len(calls) == count:
+                patch.setattr(output, "atomic_replace", no_space)
+            write_manifest(*args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "write_manifest", write_or_fail)
+    return write_manifest
+
+
+def test_full_disk_keeps_the_sampling_for_resume(uninterrupted_here, tmp_path, capsys, monkeypatch):
+    """ENOSPC while saving a checkpoint, then while writing the results: exit 74 with one line that says
+    what is kept, the .partial kept, no hidden temporaries; --resume (from another directory, with the data
+    path saved relative to where the run was typed) ends with the uninterrupted posterior."""
+    csv, reference = uninterrupted_here
+    out = tmp_path / "res"
+
+    def one_error(expected: str) -> str:
+        err = capsys.readouterr().err
+        errors = [line for line in err.splitlines() if line.startswith("bayes-rbfn: error: ")]
+        assert len(errors) == 1 and "Traceback" not in err, err
+        assert "No space left on device" in errors[0] and expected in errors[0], errors[0]
+        assert f"--resume {out}" in errors[0]
+        assert not out.exists() and (tmp_path / "res.partial").is_dir()
+        assert hidden_temporaries(tmp_path) == [], hidden_temporaries(tmp_path)
+        return errors[0]
+
+    write_manifest = disk_full_after_checkpoint(monkeypatch, 4)
+    monkeypatch.chdir(csv.parent)  # the data path is typed relative to here
+    argv = fit_argv(Path(csv.name), out)
+    assert cli.main(argv) == 74
+    one_error("30 of 300 iterations are saved")
+    monkeypatch.setattr(checkpoint, "write_manifest", write_manifest)
+
+    def full(self, filename, *args, **kwargs):
+        Path(filename).write_bytes(b"\x89HDF half")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(filename))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(az.InferenceData, "to_netcdf", full)
+        assert cli.main(["fit", "--resume", str(out), "--quiet"]) == 74
+        one_error("300 of 300 iterations are saved")
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert cli.main(["fit", "--resume", str(out), "--quiet"]) == 0
+    assert_same_posterior(out, reference)
+    assert hidden_temporaries(tmp_path) == [] and not (tmp_path / "res.partial").exists()
+
+
+def test_a_crash_before_the_first_checkpoint_does_not_block_a_rerun(
+    uninterrupted_here, tmp_path, capsys, monkeypatch
+):
+    """A run that dies after start-up with nothing saved leaves no .partial that a rerun would trip on."""
+    import bayes_rbfn.infer.fitting
+
+    csv, reference = uninterrupted_here
+    out = tmp_path / "res"
+
+    def crash(*args, **kwargs):
+        raise MemoryError("simulated: the machine ran out of memory while compiling")
+
+    monkeypatch.setattr(bayes_rbfn.infer.fitting, "fit", crash)
+    with pytest.raises(MemoryError):
+        cli.main(fit_argv(csv, out))
+    assert not (tmp_path / "res.partial").exists() and not out.exists()
+    # a .partial that a killed run left before its first checkpoint is removed by the rerun, with a note
+    (tmp_path / "res.partial").mkdir()
+    record = {"format": "bayes_rbfn.fit-run", "version": 1, "argv": fit_argv(csv, out), "out": str(out)}
+    (tmp_path / "res.partial" / "run.json").write_text(json.dumps(record))
+    assert cli.main(["fit", "--resume", str(out)]) == 2
+    assert "nothing to continue; run the same fit again without --resume" in capsys.readouterr().err
+    # the rerun removes it (with a note) and runs; its sampling is stood in for by the reference's draws
+    monkeypatch.setattr(
+        bayes_rbfn.infer.fitting, "fit", lambda *a, **k: az.from_netcdf(reference / "inference.nc")
+    )
+    assert cli.main([a for a in fit_argv(csv, out) if a != "--quiet"]) == 0
+    assert (
+        f"removed {tmp_path / 'res.partial'}: its run stopped before saving any iteration"
+        in capsys.readouterr().err
+    )
+    assert (out / "inference.nc").is_file() and not (tmp_path / "res.partial").exists()

@@ -16,8 +16,12 @@ from bayes_rbfn.io.reader import InputError
 
 
 def snapshot(folder):
-    """{relative path: bytes} of every file below ``folder``."""
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    """{relative path: bytes} of every file below ``folder`` but the output marker."""
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != output.MARKER
+    }
 
 
 def leftovers(parent):
@@ -31,6 +35,7 @@ def old_results(tmp_path):
     (out / "plots").mkdir(parents=True)
     (out / "inference.nc").write_bytes(b"old inference")
     (out / "plots" / "trace.png").write_bytes(b"old plot")
+    (out / output.MARKER).write_text("{}")  # an earlier run's result: --overwrite may replace it
     return out
 
 
