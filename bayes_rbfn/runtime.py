@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 
 __all__ = [
+    "available_memory",
     "default_cache_dir",
     "enable_compilation_cache",
     "enable_x64",
@@ -94,3 +95,18 @@ def single_threaded_blas():
 def limit_blas_threads() -> None:
     """Limit BLAS pools to one thread for the rest of the process (for programs that own the process)."""
     single_threaded_blas()  # the limit holds from construction; only leaving its context would undo it
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to a new allocation (Linux's MemAvailable), or None where unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (OSError, ValueError, AttributeError):
+        return None

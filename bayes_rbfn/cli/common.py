@@ -166,9 +166,14 @@ def configure_jax() -> None:
 @contextlib.contextmanager
 def quiet_libraries() -> Iterator[None]:
     """Silence ArviZ's logger and library warnings the report already covers in plain words."""
-    logger = logging.getLogger("arviz")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
+    import arviz
+
+    # ArviZ logs through a Logger it constructs itself (arviz._log), not the one logging.getLogger("arviz")
+    # returns; quiet both.
+    loggers = {logging.getLogger("arviz"), getattr(arviz, "_log", logging.getLogger("arviz"))}
+    levels = {logger: logger.level for logger in loggers}
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=FutureWarning)
@@ -176,7 +181,8 @@ def quiet_libraries() -> Iterator[None]:
             warnings.filterwarnings("ignore", message=".*There are not enough devices.*")
             yield
     finally:
-        logger.setLevel(level)
+        for logger, level in levels.items():
+            logger.setLevel(level)
 
 
 def duration(seconds: float) -> str:

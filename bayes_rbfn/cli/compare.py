@@ -137,6 +137,10 @@ def plan_compare(args: argparse.Namespace) -> ComparePlan:
     from bayes_rbfn.models import get_model
 
     data, source = load_data(args, DEFAULT_COMPARE_DATASET)
+    try:
+        planning.check_data_scales(data)
+    except ValueError as err:
+        raise UserError(f"{source}: {err}") from None
     notes = [data.notes] if data.notes else []
     models = list(dict.fromkeys(args.models))
     if len(models) < 2:

@@ -269,6 +269,10 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
 
     del console
     data, source = load_data(args)
+    try:
+        planning.check_data_scales(data)
+    except ValueError as err:
+        raise UserError(f"{source}: {err}") from None
     notes = [data.notes] if data.notes else []
     likelihood, spec, mean, data = _model_for(args, data, notes)
     model, packaged = spec.name, data.name if args.data is None else ""
@@ -287,7 +291,10 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
             f"The {model!r} model costs O(N³) per NUTS step; with N = {data.X.shape[0]:,} expect a long run."
         )
 
-    X_pred, group_pred = planning.prediction_inputs(data, args.x_pred_extend)
+    try:
+        X_pred, group_pred = planning.prediction_inputs(data, args.x_pred_extend)
+    except ValueError as err:
+        raise option_error(err) from None
     out = args.out if args.out is not None else default_output_dir(prefix=f"bayes_rbfn_{slug(data.name)}")
     try:
         prepare_output_dir(out, args.overwrite, protect=_inputs(args))
@@ -298,6 +305,7 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
             f"{err}. The sampling of an earlier run is kept in {partial_dir(Path(out))}: once the folder is "
             f"free, continue it with '{PROG} fit --resume {out}'"
         ) from None
+    _check_result_size(args, data, Z, X_pred, Path(out))
     return FitPlan(
         data=data,
         source=source,
@@ -388,6 +396,31 @@ def _run_fit(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _check_result_size(
+    args: argparse.Namespace, data: Dataset, Z: Any, X_pred: np.ndarray, out: Path
+) -> None:
+    """Refuse --draws/--chains whose draws cannot fit in memory or on the disk of --out (an estimate)."""
+    from bayes_rbfn.infer.failures import check_result_size, estimated_params, result_bytes
+    from bayes_rbfn.infer.fitting import DEFAULT_PREDICTIVE_DRAWS
+    from bayes_rbfn.io.output import free_space
+    from bayes_rbfn.runtime import available_memory
+
+    need = result_bytes(
+        chains=args.chains,
+        draws=args.draws,
+        params=estimated_params(Z, data.X.shape[1]),
+        N=data.X.shape[0],
+        S=X_pred.shape[0],
+        replicates_per_chain=DEFAULT_PREDICTIVE_DRAWS,
+    )
+    free, where = free_space(out)
+    try:
+        check_result_size(need, available_memory())
+        check_result_size(need, free, what="disk space", where=f" in {where}")
+    except ValueError as err:
+        raise option_error(err) from None
+
+
 def _inputs(args: argparse.Namespace) -> list[str]:
     """The user's files that an output folder must never replace."""
     return [args.data] if getattr(args, "data", None) else []
@@ -419,8 +452,16 @@ def _announce(plan: FitPlan, console: Console) -> None:
 
 
 def _sample(plan: FitPlan) -> Any:
+    from bayes_rbfn.infer.failures import DegenerateModelError, NonFiniteResultError
     from bayes_rbfn.infer.fitting import fit
 
+    try:
+        return _fit(fit, plan)
+    except (DegenerateModelError, NonFiniteResultError) as err:
+        raise UserError(str(err)) from None
+
+
+def _fit(fit: Callable[..., Any], plan: FitPlan) -> Any:
     d = plan.data
     return fit(
         plan.model,

@@ -60,8 +60,13 @@ class ConvergenceReport:
 
     def verdict(self) -> str:
         """One paragraph in plain words."""
+        rhat = (
+            f"r_hat ≤ {self.max_rhat:.3f}"
+            if self.chains > 1
+            else "r_hat not computed (it needs two or more chains; this run has one)"
+        )
         head = (
-            f"r_hat ≤ {self.max_rhat:.3f}, bulk ESS ≥ {self.min_ess_bulk:.0f}, "
+            f"{rhat}, bulk ESS ≥ {self.min_ess_bulk:.0f}, "
             f"tail ESS ≥ {self.min_ess_tail:.0f}, "
             f"{self.divergences} divergent transition(s) in {self.chains} chain(s) × {self.num_draws} draws."
         )
@@ -80,7 +85,7 @@ def check_convergence(idata: Any, var_names: list[str] | None = None) -> Converg
     chains, draws = post.sizes["chain"], post.sizes["draw"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        rhat = az.rhat(post, var_names=names)
+        rhat = az.rhat(post, var_names=names) if chains > 1 else None  # r_hat needs two chains
         ess_bulk = az.ess(post, var_names=names, method="bulk")
         ess_tail = az.ess(post, var_names=names, method="tail")
 
@@ -96,13 +101,13 @@ def check_convergence(idata: Any, var_names: list[str] | None = None) -> Converg
     problems = []
     if chains > 1 and not (max_rhat < RHAT_MAX):
         problems.append(
-            f"r_hat is {max_rhat:.3f} (want < {RHAT_MAX}): the chains disagree; run longer "
+            f"The chains disagree: r_hat is {max_rhat:.3f} (want < {RHAT_MAX}); run longer "
             "(more --warmup and --draws) or tighten the priors."
         )
     need = ESS_PER_CHAIN_MIN * chains
     if min(min_bulk, min_tail) < need:
         problems.append(
-            f"the effective sample size is {min(min_bulk, min_tail):.0f} (want ≥ {need}): draw more samples."
+            f"The effective sample size is {min(min_bulk, min_tail):.0f} (want ≥ {need}): draw more samples."
         )
     if divergences:
         problems.append(

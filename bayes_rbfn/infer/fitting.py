@@ -26,15 +26,32 @@ import numpyro.distributions as dist
 
 from bayes_rbfn.defaults import DEFAULT_NUM_INDUCING, INITS
 from bayes_rbfn.gp.inducing import select_inducing
-from bayes_rbfn.gp.validation import check_positive, check_positive_int, check_X, check_y, check_Z
+from bayes_rbfn.gp.validation import (
+    INPUT_SCALES,
+    TARGET_SCALES,
+    check_positive,
+    check_positive_int,
+    check_scale,
+    check_X,
+    check_y,
+    check_Z,
+)
 from bayes_rbfn.infer import diagnostics
+from bayes_rbfn.infer.failures import (
+    NO_VALID_START,
+    check_finite,
+    check_result_size,
+    estimated_params,
+    explain_degenerate,
+    result_bytes,
+)
 from bayes_rbfn.infer.predictive import draw_work, model_moments
 from bayes_rbfn.infer.sampler import SamplerSettings, nuts_kernel, run_chains
 from bayes_rbfn.infer.schema import posterior_params, rebuild
 from bayes_rbfn.models import ModelConfig, ModelSpec, get_model, model_specs
 from bayes_rbfn.models.families import data_scales, get_family
 from bayes_rbfn.models.likelihoods import Likelihood, get_likelihood
-from bayes_rbfn.runtime import single_threaded_blas
+from bayes_rbfn.runtime import available_memory, single_threaded_blas
 
 __all__ = [
     "DEFAULT_NUM_INDUCING",
@@ -249,6 +266,9 @@ def build_model(
     spec = get_model(model)
     X = check_X(X, "X")
     y = check_y(y, X.shape[0])
+    for j in range(X.shape[1]):
+        check_scale(X[:, j], f"X[:, {j}]", INPUT_SCALES)
+    check_scale(y, "y", TARGET_SCALES)
     lik = get_likelihood(likelihood)
     if lik.name not in spec.likelihoods:
         raise ValueError(
@@ -264,9 +284,8 @@ def build_model(
         family = spec.family
     else:
         family = get_family(kernel)
-    if jitter is not None and (
-        isinstance(jitter, bool) or not isinstance(jitter, int | float | np.floating) or not 0 < jitter < np.inf
-    ):
+    real = isinstance(jitter, int | float | np.floating) and not isinstance(jitter, bool)
+    if jitter is not None and not (real and 0 < jitter < np.inf):
         raise ValueError(
             f"jitter: expected a finite number > 0 (relative to the kernel's variance; None for the "
             f"package's policy), got {jitter!r}"
@@ -302,6 +321,8 @@ def build_model(
         else:
             Z = jnp.asarray(check_Z(Z, X), dtype=X.dtype)
     X_pred = X if X_pred is None else check_X(X_pred, "X_pred", dim=X.shape[1])
+    for j in range(X.shape[1]):
+        check_scale(X_pred[:, j], f"X_pred[:, {j}]", INPUT_SCALES)
     if group is not None and not spec.grouped:
         raise ValueError(f"group: the {spec.name!r} model is not grouped; use model='grouped'")
     data, extras = spec.prepare(
@@ -457,6 +478,12 @@ def fit(
         y_offset, x_centre), log_likelihood (y: the LOO conditionals of a GP marginal, the pointwise log
         density of a factorised likelihood), posterior_predictive (y), predictions (f_mean, f_var of the
         latent f, on the link scale) and predictions_constant_data (X_pred).
+
+    Raises:
+        ValueError: a bad argument (the message names it), before sampling starts.
+        DegenerateModelError: no parameter values have a finite log density (NumPyro's "Cannot find valid
+            initial parameters"); the message names the settings that made the model degenerate.
+        NonFiniteResultError: the predictions or log-likelihood hold NaN or ±∞ — never returned as a result.
     """
     sampler_fields = {f.name for f in dataclasses.fields(SamplerSettings)}
     settings = _sampler_settings(sampler, **{k: options.pop(k) for k in list(options) if k in sampler_fields})
@@ -480,13 +507,27 @@ def fit(
     spec, config, data, extras = problem.spec, problem.config, problem.data, problem.extras
     X, y, Z, X_pred = problem.X, problem.y, problem.Z, problem.X_pred
     _check_coords(coords, {"obs": X.shape[0], "input_dim": X.shape[1], "point": X_pred.shape[0]})
+    need = result_bytes(
+        chains=settings.chains,
+        draws=settings.draws,
+        params=estimated_params(Z, X.shape[1]),
+        N=X.shape[0],
+        S=X_pred.shape[0],
+        replicates_per_chain=posterior_predictive,
+    )
+    check_result_size(need, available_memory())
     if config.mesh is not None and settings.chain_method is None:
         settings = dataclasses.replace(settings, chain_method="sequential")  # each chain uses every device
     with warnings.catch_warnings(), single_threaded_blas():
         # NumPyro warns when chains > devices; the vectorised fallback is deliberate.
         warnings.filterwarnings("ignore", message="There are not enough devices")
-        kernel_nuts = nuts_kernel(problem.model, problem.args, settings)
-        samples, stats = run_chains(kernel_nuts, problem.args, settings, run_record=problem.record())
+        try:
+            kernel_nuts = nuts_kernel(problem.model, problem.args, settings)
+            samples, stats = run_chains(kernel_nuts, problem.args, settings, run_record=problem.record())
+        except RuntimeError as err:
+            if NO_VALID_START not in str(err):
+                raise
+            raise explain_degenerate(problem, config.jitter) from err
         idata = _to_inference_data(
             spec, config, data, extras, samples, stats, X, y, Z, X_pred, log_likelihood=log_likelihood
         )
@@ -495,6 +536,7 @@ def fit(
                 problem.model, problem.args, spec, extras, samples, settings.seed, posterior_predictive
             )
             idata.add_groups(posterior_predictive={"y": replicates}, dims={"y": ["obs"]})
+        check_finite(idata)
         if X_holdout is not None:
             _score_holdout(idata, X_holdout, y_holdout)
         _set_coords(idata, coords)

@@ -36,6 +36,7 @@ __all__ = [
     "atomic_replace",
     "atomic_write_bytes",
     "default_output_dir",
+    "free_space",
     "output_lock",
     "prepare_output_dir",
     "remove_leftovers",
@@ -126,6 +127,15 @@ def _name_max(folder: Path) -> int:
         return int(os.pathconf(folder, "PC_NAME_MAX"))
     except (OSError, ValueError, AttributeError):
         return 255
+
+
+def free_space(out: str | os.PathLike[str]) -> tuple[int | None, Path]:
+    """(bytes free for a user, the existing folder measured) on the file system that ``out`` would be on."""
+    where = _nearest_existing(Path(os.path.abspath(out)))
+    try:
+        return shutil.disk_usage(where).free, where
+    except OSError:
+        return None, where
 
 
 def _nearest_existing(path: Path) -> Path:

@@ -28,6 +28,7 @@ __all__ = [
     "GROUP_GRID_POINTS",
     "INTERVALS",
     "MIN_ROWS",
+    "check_data_scales",
     "choose_inducing",
     "default_mean",
     "default_model",
@@ -130,15 +131,40 @@ def prediction_inputs(data: Dataset, extend: float) -> tuple[np.ndarray, np.ndar
         return X.copy(), None if data.group is None else data.group.copy()
     if data.group is None:
         lo, hi = float(X.min()), float(X.max())
-        return np.linspace(lo, hi + extend * (hi - lo), GRID_POINTS)[:, None], None
+        return np.linspace(lo, _grid_end(lo, hi, extend), GRID_POINTS)[:, None], None
     per_group = int(np.clip(5000 // data.num_groups, *GROUP_GRID_POINTS))
     blocks, codes = [], []
     for g in range(data.num_groups):
         xg = X[data.group == g, 0]
         lo, hi = float(xg.min()), float(xg.max())
-        blocks.append(np.linspace(lo, hi + extend * (hi - lo), per_group))
+        blocks.append(np.linspace(lo, _grid_end(lo, hi, extend), per_group))
         codes.append(np.full(per_group, g, dtype=np.int64))
     return np.concatenate(blocks)[:, None], np.concatenate(codes)
+
+
+def check_data_scales(data: Dataset) -> None:
+    """Refuse input or target columns whose scale float64 cannot carry through the model, naming the
+    column (:func:`bayes_rbfn.gp.validation.check_scale`); ValueError."""
+    from bayes_rbfn.gp.validation import INPUT_SCALES, TARGET_SCALES, check_scale
+
+    for j, name in enumerate(data.x_names):
+        check_scale(data.X[:, j], f"column {name!r}", INPUT_SCALES)
+    check_scale(data.y, f"column {data.y_name!r}", TARGET_SCALES)
+
+
+def _grid_end(lo: float, hi: float, extend: float) -> float:
+    """The last prediction input, ``hi + extend × (hi − lo)``; ValueError naming x_pred_extend when it lies
+    past the magnitudes float64 carries through the model (:data:`~bayes_rbfn.gp.validation.INPUT_SCALES`)."""
+    from bayes_rbfn.gp.validation import INPUT_SCALES
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        end = hi + extend * (hi - lo)
+    if not (np.isfinite(end) and abs(end) <= INPUT_SCALES[1]):
+        raise ValueError(
+            f"x_pred_extend {extend:g}: {extend:g} × the input range {hi - lo:g} reaches {end:g}, past the "
+            f"magnitudes float64 carries through the model ({INPUT_SCALES[1]:g}); give a smaller fraction"
+        )
+    return end
 
 
 def pool_groups(data: Dataset) -> Dataset:

@@ -246,6 +246,42 @@ def test_negative_extension(capsys, tmp_path):
     refuse(["fit", "--x-pred-extend", "-0.1"], capsys, tmp_path, "--x-pred-extend")
 
 
+@pytest.mark.parametrize("value", ["1e308", "1e300"])
+def test_extension_that_overflows(capsys, tmp_path, good_csv, value):
+    refuse(fit_csv(good_csv, "--x-pred-extend", value), capsys, tmp_path, "--x-pred-extend", "past the")
+
+
+@pytest.mark.parametrize("option", ["--draws", "--chains"])
+def test_draws_that_cannot_fit_in_memory(capsys, tmp_path, good_csv, option):
+    """Estimated before starting: the message says how much would be needed and how much there is."""
+    big = (
+        ["--draws", "1000000000000"]
+        if option == "--draws"
+        else ["--chains", "100000", "--draws", "100000000"]
+    )
+    refuse(fit_csv(good_csv, *big), capsys, tmp_path, "--draws", "would need about", "of memory", "available")
+
+
+@pytest.mark.parametrize(
+    ("column", "scale", "needle"),
+    [
+        ("t", 1e-160, "column 't'"),
+        ("t", 1e300, "column 't'"),
+        ("y", 1e100, "column 'y'"),
+        ("y", 1e-100, "column 'y'"),
+    ],
+    ids=["x-1e-160", "x-near-1e300", "y-1e100", "y-1e-100"],
+)
+def test_columns_at_scales_float64_cannot_carry(capsys, tmp_path, column, scale, needle):
+    """Refused with the column and its range (not k-means' "Probabilities contain NaN", nor a NaN result)."""
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"t": np.linspace(1, 10, 30), "y": rng.normal(size=30)})
+    frame[column] *= scale
+    frame.to_csv(tmp_path / "scaled.csv", index=False)
+    message = refuse(fit_csv(tmp_path / "scaled.csv"), capsys, tmp_path, needle, "rescale")
+    assert "NaN" not in message and "Probabilities" not in message
+
+
 def test_unknown_option(capsys, tmp_path):
     refuse(["fit", "--chain", "2"], capsys, tmp_path, "unrecognized arguments", "--help")
 

@@ -112,6 +112,7 @@ def test_a_second_run_on_a_live_output_folder_is_refused_and_the_first_finishes(
             first.kill()
             first.wait()
     assert first.returncode == 0, stderr[-3000:]
+    assert stderr == "", "--quiet (one chain): not even ArviZ's shape warning"
     assert (out / "inference.nc").is_file() and (out / output.MARKER).is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data.csv", "go", "reached", "res"]
 

@@ -102,6 +102,10 @@ Y = np.sin(6 * X)
         (dict(max_tree_depth=0), r"max_tree_depth: "),
         (dict(chains=2, sampler=br.SamplerSettings()), r"sampler: give the NUTS settings either"),
         (dict(wiggliness=3), r"wiggliness: not an option of fit"),
+        (dict(jitter=0.0), r"jitter: expected a finite number > 0"),
+        (dict(jitter=-1e-6), r"jitter: expected a finite number > 0"),
+        (dict(jitter=float("inf")), r"jitter: expected a finite number > 0"),
+        (dict(draws=10**12), r"draws: the draws and their per-draw outputs would need about .* of memory"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
@@ -119,8 +123,12 @@ def test_fit_rejects_bad_arguments(kwargs, match):
         (np.arange(3.0), np.array([0.0, np.inf, 1.0]), r"y: contains 1 NaN or infinite"),
         (np.arange(3.0), np.zeros(4), r"y: has 4 values but X has 3 rows"),
         (np.zeros((2, 2, 2)), np.zeros(2), r"X: expected shape \(N,\) or \(N, D\)"),
+        (X * 1e-160, Y, r"X\[:, 0\]: its values run from 0 to 1e-160, a scale float64 arithmetic cannot"),
+        (X * 1e150, Y, r"X\[:, 0\]: its values run from 0 to 1e\+150"),
+        (X, Y * 1e80, r"y: its values run from .* rescale it"),
+        (X, Y * 1e-80, r"y: its values run from"),
     ],
-    ids=["nan-X", "inf-y", "length-mismatch", "3d-X"],
+    ids=["nan-X", "inf-y", "length-mismatch", "3d-X", "X-1e-160", "X-1e150", "y-1e80", "y-1e-80"],
 )
 def test_fit_rejects_bad_data(X_bad, y_bad, match):
     with pytest.raises(ValueError, match=match):
