@@ -133,6 +133,17 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def]
+        # argparse (3.11) turns "--option=--" into [] without calling the option's type or checking its
+        # choices; refuse it as the missing value it is.
+        parsed, extra = super().parse_known_args(args, namespace)
+        for action in self._actions:
+            if action.dest != "help" and getattr(parsed, action.dest, None) == []:
+                self.error(
+                    f"argument {'/'.join(action.option_strings) or action.dest}: expected a value, got '--'"
+                )
+        return parsed, extra
+
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     def __init__(self, prog: str) -> None:
