@@ -18,6 +18,7 @@ from scipy.stats import norm
 
 from bayes_rbfn import cli
 from bayes_rbfn.io.datasets import load_dataset
+from bayes_rbfn.io.output import MARKER
 
 pytestmark = pytest.mark.filterwarnings("ignore:Estimated shape parameter of Pareto")
 
@@ -42,7 +43,13 @@ def comparison_run(tmp_path_factory):
 def test_compare_writes_table_plot_and_fits(comparison_run):
     out = comparison_run
     names = {p.name for p in out.iterdir()}
-    expected = {"comparison.csv", "comparison.png", "report.txt", *(f"inference_{m}.nc" for m in MODELS)}
+    expected = {
+        "comparison.csv",
+        "comparison.png",
+        "report.txt",
+        MARKER,
+        *(f"inference_{m}.nc" for m in MODELS),
+    }
     assert names == expected
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".")], "temporary folders left behind"
     table = pd.read_csv(out / "comparison.csv", index_col="model")

@@ -13,6 +13,7 @@ from conftest import assert_close
 from scipy.stats import chisquare
 
 from bayes_rbfn import cli
+from bayes_rbfn.io.output import MARKER
 
 SMALL = ["--reps", "30", "--draws", "40", "--warmup", "40", "--thin", "2", "--quiet"]
 
@@ -28,6 +29,7 @@ def test_sbc_writes_ranks_statistics_and_plot(tmp_path, capsys):
     status, stdout, err = run_cli(["sbc", "--model", "sor", *SMALL, "--out", out], capsys)
     assert status == 0, err
     assert {p.name for p in out.iterdir()} == {
+        MARKER,
         "ranks.csv",
         "statistics.csv",
         "statistics.json",

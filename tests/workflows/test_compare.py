@@ -44,6 +44,7 @@ from bayes_rbfn.gp.sparse import VarianceCollapseWarning
 from bayes_rbfn.infer.collapse import variance_collapse
 from bayes_rbfn.infer.fitting import rebuild
 from bayes_rbfn.infer.predictive import mixture_moments
+from bayes_rbfn.io.output import MARKER
 from bayes_rbfn.io.reader import InputError
 from bayes_rbfn.workflows import compare
 from bayes_rbfn.workflows.compare import (
@@ -280,7 +281,9 @@ def test_table_plot_and_write(comparison, tmp_path):
     out = tmp_path / "cmp"
     assert cmp.write(out) == out
     names = sorted(p.name for p in out.iterdir())
-    assert names == sorted(["comparison.csv", "comparison.png", *[f"inference_{m}.nc" for m in MODELS]])
+    assert names == sorted(
+        ["comparison.csv", "comparison.png", MARKER, *[f"inference_{m}.nc" for m in MODELS]]
+    )
     table = pd.read_csv(out / "comparison.csv", index_col="model")
     assert list(table.index) == list(cmp.table.index)
     assert_close(table["elpd_test"].values, cmp.table["elpd_test"].values)

@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 from stochastic import record, seed
 
+from bayes_rbfn.io.output import MARKER
 from bayes_rbfn.io.reader import InputError
 from bayes_rbfn.workflows.sbc import (
     LOGLIK,
@@ -103,6 +104,7 @@ def test_write_sbc_round_trip_and_refusal(tmp_path):
     out = tmp_path / "sbc_out"
     assert write_sbc(r, out) == out
     assert sorted(p.name for p in out.iterdir()) == [
+        MARKER,
         "ecdf.png",
         "ranks.csv",
         "statistics.csv",
