@@ -15,11 +15,13 @@ process call these explicitly:
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
 __all__ = [
     "available_memory",
+    "computes_on_cpu",
     "default_cache_dir",
     "enable_compilation_cache",
     "enable_x64",
@@ -84,10 +86,28 @@ def _load_lapack() -> None:
     import scipy.linalg.cython_lapack  # noqa: F401
 
 
+def computes_on_cpu() -> bool:
+    """Whether JAX's default backend is the CPU. Before JAX has started its backends (which this does not
+    do: the XLA flags may still be changing) the answer is yes, the one backend every install has."""
+    import jax
+
+    try:
+        from jax._src.xla_bridge import backends_are_initialized
+    except ImportError:  # pragma: no cover - a future JAX without this helper
+        return jax.default_backend() == "cpu"
+    return not backends_are_initialized() or jax.default_backend() == "cpu"
+
+
 def single_threaded_blas():
-    """Context manager: OpenBLAS (and other BLAS pools) limited to one thread, restored on exit."""
+    """Context manager: OpenBLAS (and other BLAS pools) limited to one thread, restored on exit.
+
+    Only where JAX computes on the CPU (whose LAPACK kernels call that BLAS); on a GPU or TPU the host's
+    BLAS pools are left as they are, and the context does nothing.
+    """
     from threadpoolctl import threadpool_limits
 
+    if not computes_on_cpu():
+        return contextlib.nullcontext()
     _load_lapack()
     return threadpool_limits(limits=1, user_api="blas")
 

@@ -171,6 +171,7 @@ def configure_jax() -> None:
     runtime.enable_x64()
     if not jax.config.jax_compilation_cache_dir:
         runtime.enable_compilation_cache()
+    jax.default_backend()  # start the backend (main set its flags): the BLAS limit is for the CPU only
     runtime.limit_blas_threads()
 
 
