@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from bayes_rbfn.cli.common import PROG, UserError
+from bayes_rbfn.cli.common import PROG, Console, UserError
 from bayes_rbfn.defaults import INITS
 from bayes_rbfn.io.datasets import Dataset, list_datasets, load_dataset
 from bayes_rbfn.io.reader import read_xy_csv
@@ -280,8 +280,15 @@ def load_data(args: argparse.Namespace, default_dataset: str = DEFAULT_DATASET) 
                 opt for opt, val in (("--x COL [COL ...]", args.x), ("--y COL", args.y)) if not val
             )
             raise UserError(f"{args.data}: a CSV file needs {missing} to name its input and target columns")
+        # A pipe with no writer yet blocks; say so (even with --quiet: silence would look like a hang).
         data = read_xy_csv(
-            args.data, args.x, args.y, group_col=group_col, strict=args.strict, min_rows=MIN_ROWS
+            args.data,
+            args.x,
+            args.y,
+            group_col=group_col,
+            strict=args.strict,
+            min_rows=MIN_ROWS,
+            on_wait=Console().say,
         )
         return keep_groups(data, max_groups), f"file {args.data}"
     given = [opt for opt, val in (("--x", args.x), ("--y", args.y), ("--group", group_col)) if val]

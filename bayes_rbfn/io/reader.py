@@ -4,8 +4,24 @@
 check names the file, the column and the problem, so the CLI can print the message as it is and exit
 without a traceback.
 
-The file may be comma-, semicolon-, tab- or pipe-separated (the delimiter is taken from the header line),
-UTF-8 (with or without a byte-order mark), UTF-16 with a byte-order mark, or Latin-1.
+The file is read once, whole, into memory, so a pipe, a ``<(…)`` process substitution or a named pipe
+(FIFO) is read as a file is; nothing is rewound or opened twice. Its encoding is decided for all of it:
+UTF-16 when it starts with a UTF-16 byte-order mark; UTF-8 (with or without a byte-order mark) when every
+byte of it is valid UTF-8; otherwise Windows-1252, the usual "Latin-1" of spreadsheet exports (Latin-1
+itself where a byte has no Windows-1252 character).
+
+Lines end with LF, CRLF or CR. Blank lines, and comment lines whose first non-blank character is ``#``
+(as in NOAA's data files), are skipped wherever they are, except inside a quoted field; a ``#`` later in
+a line is data, and so is a line starting with a spreadsheet's error cell (``#N/A``, ``#DIV/0!``). The
+header is the first other line, however long. Its delimiter is comma, semicolon, tab or pipe: of those
+that split the header into two or more fields, the one that splits the most of the first data rows into
+as many fields, then the one giving the most fields. When the delimiter is not a comma, numbers may use a
+decimal comma (``x;y`` / ``1,5;2,25``), but not mixed with decimal points in the same file.
+
+pandas tokenises the rows (quotes, delimiter, missing-value markers). Comments and decimal commas are
+handled here rather than by its ``comment=`` and ``decimal=``: ``comment="#"`` also cuts a line at a
+``#`` in its middle (a label ``site#1`` would lose ``#1``), and ``decimal=`` cannot tell the reader that a
+file mixes both marks. Numbers are Python's correctly rounded ``float`` of the text.
 """
 
 from __future__ import annotations
@@ -13,9 +29,15 @@ from __future__ import annotations
 import codecs
 import csv
 import difflib
+import io
+import itertools
 import os
+import re
+import stat
+import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,11 +47,26 @@ from bayes_rbfn.io.datasets import Dataset
 
 __all__ = ["InputError", "read_xy_csv"]
 
-#: Bytes read to recognise the encoding, binary content and the header line.
-_SNIFF_BYTES = 64 * 1024
 _DELIMITERS = (",", ";", "\t", "|")
 #: More than this fraction of control characters (other than tab/CR/LF/FF) means the file is not text.
 _MAX_CONTROL_FRACTION = 0.01
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f]")
+_LINE_END = re.compile(r"\r\n|\r|\n")
+_UTF16_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+#: Data lines that help choose the delimiter.
+_DELIMITER_SAMPLE = 20
+#: Bytes asked of a pipe or device per read.
+_STREAM_CHUNK = 64 * 1024
+#: Seconds a pipe or device may take to deliver its first bytes before ``on_wait`` is told of the wait.
+_WAIT_GRACE_S = 0.2
+_DECIMAL_COMMA = r"[+-]?(?:\d+,\d*|,\d+)(?:[eE][+-]?\d+)?"
+_DECIMAL_POINT = r"[+-]?(?:\d+\.\d*|\.\d+)(?:[eE][+-]?\d+)?"
+_THOUSANDS = re.compile(r"[+-]?\d{1,3}([,.' \u00a0\u202f])\d{3}(?:\1\d{3})*(?:[.,]\d+)?")
+#: What spreadsheets write in a cell they could not compute: a line starting with one is a data row
+#: (its value missing or not a number), not a comment.
+_SPREADSHEET_MARKERS = frozenset(
+    {"#N/A", "#NA", "#N/A N/A", "#DIV/0!", "#VALUE!", "#REF!", "#NAME?", "#NUM!", "#NULL!"}
+)
 
 
 class InputError(ValueError):
@@ -43,21 +80,31 @@ def read_xy_csv(
     group_col: str | None = None,
     strict: bool = False,
     min_rows: int = 3,
+    on_wait: Callable[[str], None] | None = None,
 ) -> Dataset:
     """Read inputs, a target and optionally a group label from a CSV file.
 
     Rows with a missing (empty, ``NA``, ``NaN``, …) or infinite value in a chosen column are dropped and
     counted in ``Dataset.dropped`` and ``Dataset.notes``; with ``strict=True`` they are an error instead.
-    Values that are present but not numbers (``"abc"``, ``"3,5"``) are always an error.
+    Comment lines among the rows are skipped and counted in ``Dataset.notes``. Messages about a row give
+    its line in the file as well as its place among the data rows.
+    Values that are present but not numbers (``"abc"``, ``"1.2.3"``) are always an error. A decimal
+    comma (``"3,5"``) is read as 3.5 when the delimiter is not a comma and no number in the chosen
+    columns has a decimal point; in a comma-separated file, or mixed with decimal points, it is an error
+    (a comma between digits could then be a decimal mark or a thousands separator).
 
     Args:
-        path: the CSV file; its first non-blank line is the header naming the columns.
+        path: the CSV file, or a pipe, FIFO or device to read it from; its first line that is neither
+            blank nor a ``#`` comment is the header naming the columns.
         x_cols: D ≥ 1 input column names.
         y_col: the target column name.
         group_col: optional column of group labels (strings or numbers), mapped to codes 0..G−1 in
             sorted order (numerically when every label is a number).
         strict: raise on rows with missing or non-finite values instead of dropping them.
         min_rows: fewest usable rows accepted.
+        on_wait: called with a one-line message when ``path`` is a pipe or device that has delivered no
+            data within 0.2 s of being opened (a FIFO with no writer blocks until one comes), so the
+            caller can say what it is waiting for. Not called for regular files.
 
     Returns:
         A :class:`~bayes_rbfn.io.datasets.Dataset` with ``X`` (N, D) and ``y`` (N,) float64, ``group`` (N,)
@@ -65,8 +112,8 @@ def read_xy_csv(
 
     Raises:
         InputError: missing or unreadable file, not a CSV text file, empty file, unknown or repeated
-            column, non-numeric value, missing values with ``strict``, fewer than ``min_rows`` rows, or
-            a constant target.
+            column, non-numeric value, ambiguous decimal marks, missing values with ``strict``, fewer
+            than ``min_rows`` rows, or a constant target.
     """
     path = Path(path).expanduser()
     x_cols = [x_cols] if isinstance(x_cols, str) else list(x_cols)
@@ -74,37 +121,52 @@ def read_xy_csv(
     if min_rows < 1:
         raise ValueError(f"min_rows must be ≥ 1, got {min_rows}")
 
-    encoding, delimiter, header = _sniff(path)
-    _check_columns_exist(path, header, [*x_cols, y_col, *([group_col] if group_col else [])])
+    table = _parse(path, _decode(path, _read_bytes(path, on_wait)))
+    wanted = [*x_cols, y_col, *([group_col] if group_col else [])]
+    _check_columns_exist(path, table, wanted)
 
-    frame = _read_frame(path, encoding, delimiter, [*x_cols, y_col, *([group_col] if group_col else [])])
+    frame = _read_frame(path, table)
     n_read = len(frame)
     if n_read == 0:
         raise InputError(f"{path}: has a header but no data rows")
+    # File line numbers of the rows, where every row is one record (pandas and the line scan agree).
+    row_lines = table.row_lines if len(table.row_lines) == n_read else None
 
-    numeric = {col: _to_numeric(path, frame[col], col) for col in dict.fromkeys([*x_cols, y_col])}
+    def column(name: str) -> pd.Series:
+        return frame[table.header.index(name)].str.strip()
+
+    numeric = _numeric_columns(
+        path, {col: column(col) for col in dict.fromkeys([*x_cols, y_col])}, table.delimiter, row_lines
+    )
     X = np.column_stack([numeric[col] for col in x_cols])
     y = numeric[y_col]
 
     bad_per_col = {col: ~np.isfinite(values) for col, values in numeric.items()}
+    labels = None
     if group_col is not None:
-        labels = frame[group_col].str.strip()
-        bad_per_col[group_col] = (labels.isna() | (labels == "")).to_numpy()
+        labels = column(group_col)
+        bad_per_col[group_col] = (labels.isna() | (labels == "")).to_numpy(dtype=bool)
     bad = np.logical_or.reduce(list(bad_per_col.values()))
     n_bad = int(bad.sum())
     notes = ""
+    if table.comment_lines:
+        notes = (
+            f"Skipped {len(table.comment_lines)} comment line(s) starting with '#' among the data rows "
+            f"(the first on line {table.comment_lines[0]})."
+        )
     if n_bad:
         by_col = ", ".join(f"{col!r}: {int(m.sum())}" for col, m in bad_per_col.items() if m.any())
-        first = int(np.flatnonzero(bad)[0]) + 1
+        first = int(np.flatnonzero(bad)[0])
         what = (
             f"{n_bad} of {n_read} rows have a missing or non-finite value "
-            f"(by column: {by_col}; first at data row {first})"
+            f"(by column: {by_col}; first at data row {first + 1}"
+            + (f", line {row_lines[first]} of the file)" if row_lines else ")")
         )
         if strict:
             raise InputError(
                 f"{path}: {what}; in strict mode no rows are dropped, so fix or remove these rows"
             )
-        notes = f"Dropped {what}."
+        notes += (" " if notes else "") + f"Dropped {what}."
 
     keep = ~bad
     X, y = X[keep], y[keep]
@@ -127,8 +189,8 @@ def read_xy_csv(
         )
 
     group = group_names = None
-    if group_col is not None:
-        group, group_names = _group_codes(frame[group_col].str.strip().to_numpy()[keep])
+    if labels is not None:
+        group, group_names = _group_codes(labels.to_numpy()[keep])
 
     return Dataset(
         name=path.stem,
@@ -159,8 +221,12 @@ def _check_column_choice(path: Path, x_cols: list[str], y_col: str, group_col: s
         raise InputError(f"{path}: the group column {group_col!r} is also an input or the target")
 
 
-def _sniff(path: Path) -> tuple[str, str, list[str]]:
-    """Encoding, delimiter and header fields of a CSV file, or an InputError saying why it is not one."""
+# --------------------------------------------------------------------------------------------------
+# Bytes
+
+
+def _read_bytes(path: Path, on_wait: Callable[[str], None] | None) -> bytes:
+    """Every byte of the file, pipe or device at ``path``, read once."""
     if not path.exists():
         hint = ""
         if path.parent.is_dir():
@@ -172,53 +238,245 @@ def _sniff(path: Path) -> tuple[str, str, list[str]]:
     if path.is_dir():
         raise InputError(f"{path}: is a directory, not a CSV file")
     try:
-        with path.open("rb") as fh:
-            head = fh.read(_SNIFF_BYTES)
+        mode = path.stat().st_mode
+        if stat.S_ISSOCK(mode):
+            raise InputError(f"{path}: is a socket, not a CSV file")
+        if stat.S_ISREG(mode):
+            with path.open("rb") as fh:
+                data = fh.read()
+        else:
+            data = _read_stream(path, _wait_message(path, mode), on_wait)
     except PermissionError as err:
         raise InputError(f"{path}: cannot be read (permission denied)") from err
     except OSError as err:
         raise InputError(f"{path}: cannot be read ({err.strerror or err})") from err
-    if not head:
-        raise InputError(f"{path}: is empty (0 bytes)")
+    if not data:
+        raise InputError(
+            f"{path}: is empty (0 bytes" + (")" if stat.S_ISREG(mode) else "; nothing was written to it)")
+        )
+    return data
 
-    text, encoding = _decode_head(path, head)
-    lines = [line for line in text.splitlines() if line.strip()]
-    if not lines:
-        raise InputError(f"{path}: is empty (only blank lines)")
-    header_line = lines[0]
-    # The delimiter that splits the header into the most fields; csv.reader honours quoted fields.
-    fields_by_delim = {
-        d: next(csv.reader([header_line], delimiter=d, skipinitialspace=True)) for d in _DELIMITERS
-    }
-    delimiter = max(_DELIMITERS, key=lambda d: len(fields_by_delim[d]))
-    header = [f.strip() for f in fields_by_delim[delimiter]]
+
+def _wait_message(path: Path, mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return f"waiting for data on the pipe {path} (nothing written to it yet; Ctrl-C to stop) ..."
+    return (
+        f"waiting for data on the device {path} (nothing read from it yet; on a terminal, end the input "
+        "with Ctrl-D; Ctrl-C to stop) ..."
+    )
+
+
+def _read_stream(path: Path, message: str, on_wait: Callable[[str], None] | None) -> bytes:
+    """All bytes of a pipe or device, read until its end (it cannot be rewound or opened again).
+
+    Opening a FIFO blocks until a writer opens it, and reading blocks until data come, so with
+    ``on_wait`` the reading runs in a thread and ``on_wait(message)`` is called if nothing has come
+    within :data:`_WAIT_GRACE_S`: a ``<(cat data.csv)`` that delivers at once is read without a word.
+    """
+    chunks: list[bytes] = []
+    failure: list[BaseException] = []
+    started = threading.Event()
+
+    def pull() -> None:
+        try:
+            with path.open("rb", buffering=0) as stream:
+                while chunk := stream.read(_STREAM_CHUNK):
+                    chunks.append(chunk)
+                    started.set()
+                    # /dev/zero or /dev/urandom would never end: stop at binary data (not UTF-16 text).
+                    if b"\x00" in chunk and not b"".join(chunks[:2]).startswith(_UTF16_BOMS):
+                        break
+        except BaseException as err:  # handed to the caller's thread
+            failure.append(err)
+        finally:
+            started.set()
+
+    if on_wait is None:
+        pull()
+    else:
+        # A daemon thread: after Ctrl-C, one still blocked in open() must not keep the process alive.
+        reader = threading.Thread(target=pull, name=f"read {path}", daemon=True)
+        reader.start()
+        if not started.wait(_WAIT_GRACE_S):
+            on_wait(message)
+        reader.join()
+    if failure:
+        raise failure[0]
+    return b"".join(chunks)
+
+
+def _decode(path: Path, data: bytes) -> str:
+    """The whole content as text, in the one encoding that holds for all of it (module docstring)."""
+    if data.startswith(_UTF16_BOMS):
+        try:
+            text = data.decode("utf-16")
+        except UnicodeDecodeError as err:
+            raise InputError(
+                f"{path}: starts with a UTF-16 byte-order mark but is not UTF-16 text "
+                f"({err.reason} at byte {err.start})"
+            ) from err
+    elif b"\x00" in data:
+        raise InputError(f"{path}: is not a CSV text file (it contains binary data, e.g. NUL bytes)")
+    else:
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as err:
+            if data.startswith(codecs.BOM_UTF8):
+                at = err.start + len(codecs.BOM_UTF8)  # utf-8-sig counts from after the mark
+                raise InputError(
+                    f"{path}: starts with a UTF-8 byte-order mark but is not UTF-8 text "
+                    f"(byte 0x{data[at]:02X} at byte {at}: {err.reason}); save it as UTF-8"
+                ) from err
+            try:
+                text = data.decode("cp1252")
+            except UnicodeDecodeError:
+                text = data.decode("latin-1")
+    if len(_CONTROL.findall(text)) > _MAX_CONTROL_FRACTION * len(text):
+        raise InputError(f"{path}: is not a CSV text file (it contains binary data)")
+    return text
+
+
+# --------------------------------------------------------------------------------------------------
+# Lines
+
+
+@dataclass(frozen=True)
+class _Table:
+    """A CSV text with its blank and comment lines taken out, and where its lines were in the file."""
+
+    delimiter: str
+    #: Header fields, stripped.
+    header: list[str]
+    #: The header and data lines, "\n"-separated, for pandas.
+    text: str
+    #: File line number (1-based) of each line of ``text``.
+    line_numbers: list[int]
+    #: File line number on which each data row starts.
+    row_lines: list[int]
+    #: File line numbers of the comment lines after the header.
+    comment_lines: list[int]
+    #: The last comment line before the header (line number, text), which may be a header written
+    #: with a '#' (numpy.savetxt does), or None.
+    comment_before_header: tuple[int, str] | None
+
+
+def _is_comment(line: str) -> bool:
+    return line.lstrip().startswith("#")
+
+
+def _parse(path: Path, text: str) -> _Table:
+    """Find the header and delimiter, and drop blank and comment lines outside quoted fields."""
+    lines = _LINE_END.split(text)
+    if lines[-1] == "":
+        lines.pop()
+    start = next((i for i, line in enumerate(lines) if line.strip() and not _is_comment(line)), None)
+    if start is None:
+        only = "only blank and comment lines" if any(line.strip() for line in lines) else "only blank lines"
+        raise InputError(f"{path}: is empty ({only})")
+    header_line = lines[start]
+    rows = (
+        line for line in itertools.islice(lines, start + 1, None) if line.strip() and not _is_comment(line)
+    )
+    sample = list(itertools.islice(rows, _DELIMITER_SAMPLE))
+    delimiter, fields = _choose_delimiter(path, start + 1, header_line, sample)
+    header = [f.strip() for f in fields]
     if len(header) < 2:
         shown = header_line if len(header_line) <= 60 else header_line[:57] + "..."
         raise InputError(
             f"{path}: does not look like a CSV file: the first line {shown!r} is not a header of "
-            "comma-, semicolon- or tab-separated column names (at least two columns are needed)"
+            "comma-, semicolon-, tab- or pipe-separated column names (at least two columns are needed)"
         )
-    return encoding, delimiter, header
+    before = [i for i in range(start) if lines[i].strip()]
+    comment_before_header = (before[-1] + 1, lines[before[-1]].strip()) if before else None
+
+    kept, line_numbers, row_lines, comment_lines = [header_line], [start + 1], [], []
+    quoted_from = 0  # the line on which a quoted field still open began, 0 when none is open
+    for number, line in enumerate(lines[start + 1 :], start=start + 2):
+        if not quoted_from:
+            stripped = line.strip()
+            if not stripped:
+                continue
+            first_field = stripped.split(delimiter, 1)[0].strip()
+            if stripped.startswith("#") and first_field not in _SPREADSHEET_MARKERS:
+                comment_lines.append(number)
+                continue
+            row_lines.append(number)
+        kept.append(line)
+        line_numbers.append(number)
+        if quoted_from or '"' in line:
+            still_open = _ends_inside_quotes(line, delimiter, bool(quoted_from))
+            quoted_from = (quoted_from or number) if still_open else 0
+    if quoted_from:
+        raise InputError(
+            f"{path}: is not a well-formed CSV file (the quoted field opened on line {quoted_from} "
+            "is never closed)"
+        )
+    return _Table(
+        delimiter, header, "\n".join(kept), line_numbers, row_lines, comment_lines, comment_before_header
+    )
 
 
-def _decode_head(path: Path, head: bytes) -> tuple[str, str]:
-    """The first bytes decoded, and the encoding to read the whole file with."""
-    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return head.decode("utf-16", errors="replace"), "utf-16"
-    if b"\x00" in head:
-        raise InputError(f"{path}: is not a CSV text file (it contains binary data, e.g. NUL bytes)")
-    try:
-        # An incremental decoder, so a multi-byte character cut at the end of the sample is no error.
-        return codecs.getincrementaldecoder("utf-8-sig")().decode(head, final=False), "utf-8-sig"
-    except UnicodeDecodeError:
-        text = head.decode("latin-1")
-    control = sum(1 for ch in text if (ord(ch) < 32 and ch not in "\t\r\n\f") or 0x7F <= ord(ch) < 0xA0)
-    if control > _MAX_CONTROL_FRACTION * len(text):
-        raise InputError(f"{path}: is not a CSV text file (it contains binary data)")
-    return text, "latin-1"
+def _choose_delimiter(
+    path: Path, line_number: int, header_line: str, sample: list[str]
+) -> tuple[str, list[str]]:
+    """The delimiter and the header's fields: of the delimiters that split the header into two or more
+    fields, the one that splits the most sample rows into as many fields as the header, then the one
+    giving the most fields. The rows decide between ``x, m;y, m`` read as two columns (``;``) or three.
+    """
+
+    def split(line: str, delimiter: str) -> list[str] | None:
+        try:  # csv.reader honours quoted fields
+            return next(csv.reader([line], delimiter=delimiter, skipinitialspace=True), [])
+        except csv.Error:
+            return None
+
+    best: tuple[int, int] | None = None
+    chosen = (_DELIMITERS[0], [header_line])
+    for delimiter in _DELIMITERS:
+        fields = split(header_line, delimiter)
+        if fields is None:
+            raise InputError(f"{path}: is not a well-formed CSV file (the header on line {line_number})")
+        if len(fields) < 2:
+            continue
+        fitting = sum(
+            1 for row in sample if (row_fields := split(row, delimiter)) and len(row_fields) == len(fields)
+        )
+        if best is None or (fitting, len(fields)) > best:
+            best, chosen = (fitting, len(fields)), (delimiter, fields)
+    return chosen
 
 
-def _check_columns_exist(path: Path, header: list[str], wanted: list[str]) -> None:
+def _ends_inside_quotes(line: str, delimiter: str, inside: bool) -> bool:
+    """Whether a quoted field is still open at the end of ``line``, as pandas' tokenizer reads quotes:
+    a field is quoted when ``"`` is its first character after spaces, and ``""`` in it is a quote.
+    Steps field by field (``str.find``), not character by character."""
+    i = 0
+    while True:
+        if inside:
+            end = line.find('"', i)
+            if end < 0:
+                return True
+            if line.startswith('"', end + 1):  # "" inside a quoted field
+                i = end + 2
+                continue
+            inside = False
+            i = end + 1
+        else:
+            while line.startswith(" ", i):
+                i += 1
+            if line.startswith('"', i):
+                inside = True
+                i += 1
+                continue
+        # The rest of an unquoted field, or what follows a closing quote, runs to the next delimiter.
+        i = line.find(delimiter, i)
+        if i < 0:
+            return False
+        i += 1
+
+
+def _check_columns_exist(path: Path, table: _Table, wanted: list[str]) -> None:
+    header = table.header
     for col in wanted:
         count = header.count(col)
         if count == 1:
@@ -231,20 +489,31 @@ def _check_columns_exist(path: Path, header: list[str], wanted: list[str]) -> No
         close = difflib.get_close_matches(col, header, n=3, cutoff=0.6)
         close += [h for h in header if h.lower() == col.lower() and h not in close]
         hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+        if table.comment_before_header is not None:
+            number, comment = table.comment_before_header
+            fields = [f.strip() for f in comment.lstrip("#").split(table.delimiter)]
+            if col in fields:
+                hint += (
+                    f" The comment line {number} names it; if that line is the header, remove its '#' "
+                    "(a line starting with '#' is a comment)."
+                )
         raise InputError(f"{path}: no column {col!r}.{hint} The columns are: {shown}")
 
 
-def _read_frame(path: Path, encoding: str, delimiter: str, usecols: list[str]) -> pd.DataFrame:
-    """The chosen columns as strings (missing markers such as "", NA, NaN become NaN)."""
+def _read_frame(path: Path, table: _Table) -> pd.DataFrame:
+    """Every column as strings (missing markers such as "", NA, NaN become NaN), named by position."""
     try:
         with warnings.catch_warnings():
             # Rows longer than the header: pandas would either take the first column as the index or
             # (index_col=False) cut the row with a ParserWarning; both misread the file, so refuse it.
             warnings.simplefilter("error", pd.errors.ParserWarning)
+            # Columns are named by position, so a name pandas would rename (a repeated or empty one)
+            # cannot select another column.
             frame = pd.read_csv(
-                path,
-                sep=delimiter,
-                encoding=encoding,
+                io.StringIO(table.text),
+                sep=table.delimiter,
+                header=0,
+                names=list(range(len(table.header))),
                 dtype=str,
                 index_col=False,
                 skipinitialspace=True,
@@ -254,36 +523,98 @@ def _read_frame(path: Path, encoding: str, delimiter: str, usecols: list[str]) -
         raise InputError(
             f"{path}: is not a well-formed CSV file (some rows have more fields than the header)"
         ) from err
-    except pd.errors.EmptyDataError as err:
-        raise InputError(f"{path}: is empty") from err
     except pd.errors.ParserError as err:
-        raise InputError(f"{path}: is not a well-formed CSV file ({str(err).strip()})") from err
-    except UnicodeDecodeError as err:
-        raise InputError(
-            f"{path}: is not a text file in {encoding} ({err.reason} at byte {err.start})"
-        ) from err
-    except OSError as err:
-        raise InputError(f"{path}: cannot be read ({err.strerror or err})") from err
-    frame.columns = [str(c).strip() for c in frame.columns]
-    return frame[usecols]
-
-
-def _to_numeric(path: Path, column: pd.Series, name: str) -> np.ndarray:
-    """Column as float64, NaN where missing; a value that is present but not a number is an error."""
-    text = column.str.strip()
-    values = pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    not_number = text.notna().to_numpy() & (text != "").to_numpy() & np.isnan(values)
-    if not_number.any():
-        rows = np.flatnonzero(not_number)
-        example = text.iloc[rows[0]]
-        hint = ""
-        if isinstance(example, str) and example.replace(",", "", 1).lstrip("+-").isdigit() and "," in example:
-            hint = " (decimal commas are not supported: use a point, e.g. 3.5)"
-        raise InputError(
-            f"{path}: column {name!r} has {len(rows)} non-numeric value(s), e.g. {example!r} at data row "
-            f"{rows[0] + 1} (the header not counted){hint}"
+        # pandas counts the lines it was given; say which line of the file it means.
+        message = re.sub(
+            r"\bline (\d+)",
+            lambda m: f"line {table.line_numbers[min(int(m[1]), len(table.line_numbers)) - 1]}",
+            " ".join(str(err).split()),
         )
+        raise InputError(f"{path}: is not a well-formed CSV file ({message})") from err
+    return frame
+
+
+# --------------------------------------------------------------------------------------------------
+# Values
+
+
+def _numeric_columns(
+    path: Path, texts: dict[str, pd.Series], delimiter: str, row_lines: list[int] | None
+) -> dict[str, np.ndarray]:
+    """The chosen columns as float64, NaN where missing; decimal commas read where the delimiter allows."""
+
+    def where(row: int) -> str:
+        return f"data row {row + 1} " + (
+            f"(line {row_lines[row]} of the file)" if row_lines else "(the header not counted)"
+        )
+
+    def first(pattern: str) -> tuple[str, int, str] | None:
+        for name, text in texts.items():
+            hits = np.flatnonzero(text.str.fullmatch(pattern).fillna(False).to_numpy(dtype=bool))
+            if hits.size:
+                return name, int(hits[0]), text.iloc[hits[0]]
+        return None
+
+    decimal_comma = False
+    if delimiter != "," and (comma := first(_DECIMAL_COMMA)) is not None:
+        point = first(_DECIMAL_POINT)
+        if point is not None:
+            raise InputError(
+                f"{path}: numbers with a decimal comma ({comma[2]!r} in column {comma[0]!r} at "
+                f"{where(comma[1])}) and with a decimal point ({point[2]!r} in column {point[0]!r} at "
+                f"{where(point[1])}) in one file; use one decimal mark throughout (separators between "
+                "thousands are not supported)"
+            )
+        decimal_comma = True
+
+    values = {}
+    for name, text in texts.items():
+        numbers = text
+        if decimal_comma:
+            is_comma = text.str.fullmatch(_DECIMAL_COMMA).fillna(False)
+            numbers = text.mask(is_comma, text.str.replace(",", ".", regex=False))
+        parsed = _to_float64(numbers)
+        not_number = text.notna().to_numpy(dtype=bool) & (text != "").to_numpy(dtype=bool) & np.isnan(parsed)
+        if not_number.any():
+            rows = np.flatnonzero(not_number)
+            example = text.iloc[rows[0]]
+            raise InputError(
+                f"{path}: column {name!r} has {len(rows)} non-numeric value(s), e.g. {example!r} at "
+                f"{where(int(rows[0]))}{_number_hint(example)}"
+            )
+        values[name] = parsed
     return values
+
+
+def _to_float64(text: pd.Series) -> np.ndarray:
+    """The numbers in ``text`` as float64, NaN where missing or not a number (pandas' rules say which).
+
+    pandas' own conversion can be one unit in the last place off ("+8.6398938515673895e-112"), so the
+    values are Python's correctly rounded ``float`` of the text.
+    """
+    parsed = np.array(pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan))
+    numbers = np.flatnonzero(~np.isnan(parsed))
+    strings = text.to_numpy(dtype=object)[numbers]
+    try:
+        parsed[numbers] = np.array(strings, dtype=np.float64)  # float() of each string
+    except ValueError:  # a form pandas reads and Python does not: keep pandas' value for it
+        for i, value in zip(numbers, strings, strict=True):
+            try:
+                parsed[i] = float(value)
+            except ValueError:
+                pass
+    return parsed
+
+
+def _number_hint(value: str) -> str:
+    if re.fullmatch(_DECIMAL_COMMA, value):
+        return (
+            " (a comma in a number is ambiguous in a comma-separated file: write "
+            f"{value.replace(',', '.')} if it is a decimal comma, or separate the fields with ';')"
+        )
+    if _THOUSANDS.fullmatch(value):
+        return " (separators between thousands are not supported: write the number without them)"
+    return ""
 
 
 def _group_codes(labels: np.ndarray) -> tuple[np.ndarray, tuple[str, ...]]:

@@ -183,9 +183,14 @@ def test_non_numeric_value_names_column_value_and_row(tmp_path):
         read_xy_csv(path, ["x"], "y")
 
 
-def test_decimal_comma_hint(tmp_path):
-    path = write(tmp_path, "x;y\n1;2,5\n2;3,5\n3;4,0\n")
-    with pytest.raises(InputError, match=r"'2,5' at data row 1.*decimal commas"):
+def test_decimal_comma_read_when_the_delimiter_is_not_a_comma(tmp_path):
+    ds = read_xy_csv(write(tmp_path, "x;y\n1;2,5\n2;3,5\n3;4,0\n"), ["x"], "y")
+    np.testing.assert_array_equal(ds.y, [2.5, 3.5, 4.0])
+
+
+def test_decimal_comma_in_a_comma_separated_file_is_refused_with_a_hint(tmp_path):
+    path = write(tmp_path, 'x,y\n1,"2,5"\n2,"3,5"\n3,"4,0"\n')
+    with pytest.raises(InputError, match=r"'2,5' at data row 1.*ambiguous.*write 2\.5"):
         read_xy_csv(path, ["x"], "y")
 
 
