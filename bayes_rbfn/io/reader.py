@@ -135,8 +135,12 @@ def read_xy_csv(
     def column(name: str) -> pd.Series:
         return frame[table.header.index(name)].str.strip()
 
+    def number_column(name: str) -> pd.Series:
+        text = column(name)
+        return text.where(~text.isin(_MISSING_MARKERS))  # "", NA, NaN, null, … → missing
+
     numeric = _numeric_columns(
-        path, {col: column(col) for col in dict.fromkeys([*x_cols, y_col])}, table.delimiter, row_lines
+        path, {col: number_column(col) for col in dict.fromkeys([*x_cols, y_col])}, table.delimiter, row_lines
     )
     X = np.column_stack([numeric[col] for col in x_cols])
     y = numeric[y_col]
@@ -500,8 +504,15 @@ def _check_columns_exist(path: Path, table: _Table, wanted: list[str]) -> None:
         raise InputError(f"{path}: no column {col!r}.{hint} The columns are: {shown}")
 
 
+#: The text pandas reads as a missing number (its default ``na_values``, and the empty field).
+_MISSING_MARKERS = frozenset(
+    {"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>"}
+    | {"N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"}
+)
+
+
 def _read_frame(path: Path, table: _Table) -> pd.DataFrame:
-    """Every column as strings (missing markers such as "", NA, NaN become NaN), named by position."""
+    """Every column as strings, exactly as written (no missing-value markers), named by position."""
     try:
         with warnings.catch_warnings():
             # Rows longer than the header: pandas would either take the first column as the index or
@@ -515,6 +526,9 @@ def _read_frame(path: Path, table: _Table) -> pd.DataFrame:
                 header=0,
                 names=list(range(len(table.header))),
                 dtype=str,
+                # Group labels are text: "NA" is Namibia, "None" a name. Only the number columns take
+                # pandas' missing-value markers (_MISSING_MARKERS), below.
+                keep_default_na=False,
                 index_col=False,
                 skipinitialspace=True,
                 skip_blank_lines=True,

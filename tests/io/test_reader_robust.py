@@ -361,3 +361,23 @@ def test_devices_end_or_are_refused(device, match):
         pytest.skip(f"no {device}")
     with pytest.raises(InputError, match=match):
         read_xy_csv(device, ["x"], "y")
+
+
+def test_group_labels_that_look_like_missing_markers_are_labels(tmp_path):
+    """Namibia's code NA, a group called None: labels, not missing values (only number columns take
+    pandas' missing markers); an NA in a number column still drops its row."""
+    path = tmp_path / "countries.csv"
+    rows = [
+        ("NA", 1, 2.0),
+        ("NA", 2, 2.5),
+        ("ZA", 1, 3.0),
+        ("ZA", 2, "NA"),
+        ("None", 1, 4.0),
+        ("None", 2, 4.5),
+    ]
+    path.write_text("country,t,y\n" + "".join(f"{c},{t},{y}\n" for c, t, y in rows))
+    data = read_xy_csv(path, ["t"], "y", group_col="country")
+    assert data.group_names == ("NA", "None", "ZA")
+    np.testing.assert_array_equal(data.y, [2.0, 2.5, 3.0, 4.0, 4.5])
+    np.testing.assert_array_equal(data.group, [0, 0, 2, 1, 1])
+    assert data.dropped == 1
