@@ -38,6 +38,7 @@ for M in (64, 256):
             jax.block_until_ready(grad(params, data))
             times.append(time.perf_counter() - t0)
         print(
-            f"M={M} chunk={chunk}: min {min(times) * 1e3:.2f} ms, median {statistics.median(times) * 1e3:.2f} ms",
+            f"M={M} chunk={chunk}: min {min(times) * 1e3:.2f} ms, "
+            f"median {statistics.median(times) * 1e3:.2f} ms",
             flush=True,
         )
