@@ -36,3 +36,12 @@ def test_blas_pinned_on_the_cpu():
     assert jax.default_backend() == "cpu" and runtime.computes_on_cpu()
     with runtime.single_threaded_blas():
         assert all(n == 1 for n in blas_threads())
+
+
+def test_streamed_pass_chunks_fill_a_gpu_and_fit_a_cpu_cache(monkeypatch):
+    """The chunk of the streamed O(NM²) pass: ≈ 1 MiB of K_uc on the CPU, ≈ 128 MiB on an accelerator."""
+    from bayes_rbfn.gp.parallel import chunk_size_for
+
+    assert (chunk_size_for(64), chunk_size_for(256)) == (2048, 512)
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert (chunk_size_for(64), chunk_size_for(256), chunk_size_for(1)) == (1 << 18, 1 << 16, 1 << 20)

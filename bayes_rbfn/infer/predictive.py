@@ -51,17 +51,18 @@ STREAM_BUDGET = 1 << 28
 MAX_DRAWS_PER_CALL = 8
 
 
-def streamed_batches(S: int, M: int, budget: int = STREAM_BUDGET) -> tuple[int, int]:
+def streamed_batches(S: int, M: int, budget: int = STREAM_BUDGET, N: int | None = None) -> tuple[int, int]:
     """(test points per call, draws per call) for a model whose ``predict`` streams over its test points.
 
     All S points go in one call, so each draw's O(NM²) factor is computed once; draws are batched so that
     the call's working memory, ~8·(2S + 4MC + 8M²) bytes per draw for chunks of C points
-    (:func:`bayes_rbfn.gp.parallel.chunk_size_for`), stays within ``budget``, and at most
-    :data:`MAX_DRAWS_PER_CALL` at a time.
+    (:func:`bayes_rbfn.gp.parallel.chunk_size_for`, but never more than the N data or S test points a
+    chunk holds), stays within ``budget``, and at most :data:`MAX_DRAWS_PER_CALL` at a time.
     """
     from bayes_rbfn.gp.parallel import chunk_size_for
 
-    per_draw = 8 * (2 * S + 4 * M * chunk_size_for(M) + 8 * M * M)
+    C = min(chunk_size_for(M), max(int(S), int(N or 0)))
+    per_draw = 8 * (2 * S + 4 * M * C + 8 * M * M)
     return max(int(S), 1), int(max(1, min(budget // per_draw, MAX_DRAWS_PER_CALL)))
 
 
@@ -203,7 +204,7 @@ def model_moments(
 
     M = int(data["Z"].shape[-2]) if "Z" in data else int(data["X"].shape[0])
     if batch_size is None and spec.predict_streams:
-        batch_size, draw_batch = streamed_batches(X_test.shape[0], M)
+        batch_size, draw_batch = streamed_batches(X_test.shape[0], M, N=int(np.prod(data["y"].shape)))
     else:
         batch_size = DEFAULT_BATCH if batch_size is None else batch_size
         draw_batch = int(max(1, 5e7 // max(draw_work(data) + batch_size * M, 1)))
