@@ -22,6 +22,19 @@ points, which :func:`bayes_rbfn.gp.parallel.woodbury_stats` takes in the package
 shardable) pass and hands to :func:`woodbury`. A problem small enough to form K_uf is one chunk of that
 pass; the dense forms of the sums live on only as test references (tests/reference.py).
 
+The quadratic form as written above subtracts two numbers of size ‖y‖²/σ² when d = σ² is small and y is
+nearly explained by the network: at σ/s = 1e-6 it keeps as few as 4 digits, at 1e-8 none. The same number is
+a sum of squares in weight space. With r = y − K_fu m the residuals of the weight mean m = Σ K_uf D⁻¹ y and
+v = L_uuᵀ m = L_B⁻ᵀ c its whitened form, yᵀC⁻¹y is the minimum over v of
+‖y − K_fu L_uu⁻ᵀ v‖²_{D⁻¹} + ‖v‖² (the RBFN's negative log posterior, twice), attained at v:
+
+    yᵀ C⁻¹ y = rᵀ D⁻¹ r + ‖v‖²,    C⁻¹ y = D⁻¹ r,
+
+two non-negative terms, each residual a difference taken before it is squared, and, v being a minimiser,
+first-order insensitive to the rounding of v. The residuals need m, which needs every sum, so they take a
+second sweep over the data (:func:`bayes_rbfn.gp.parallel.woodbury_factor`, which hands them to
+:meth:`Woodbury.with_residuals`); :func:`woodbury` alone, given only the sums, keeps the difference form.
+
 Jitter policy (DESIGN §5): a failed or ill-conditioned Cholesky of a kernel matrix is prevented by
 adding ``jitter · mean(diag K)`` to its diagonal (:func:`add_jitter`), with ``jitter`` set by the dtype
 (:data:`JITTER`). Pass ``jitter=0.0`` to factorise the matrix as it is.
@@ -166,7 +179,8 @@ class Woodbury(NamedTuple):
         LB: (M, M) Cholesky factor of B = I + L_uu⁻¹ K_uf D⁻¹ K_fu L_uu⁻ᵀ.
         c: (M,) L_B⁻¹ L_uu⁻¹ K_uf D⁻¹ y.
         logdet: log|C|.
-        quad: yᵀ C⁻¹ y.
+        quad: yᵀ C⁻¹ y: rᵀD⁻¹r + ‖L_B⁻ᵀ c‖² from the streamed factor (:meth:`with_residuals`), the
+            difference yᵀD⁻¹y − ‖c‖² (which cancels for small noise) from :func:`woodbury` alone.
         n: number of data points N.
     """
 
@@ -185,6 +199,17 @@ class Woodbury(NamedTuple):
         """Posterior mean of the RBFN weights, Σ K_uf D⁻¹ y = L_uu⁻ᵀ L_B⁻ᵀ c, shape (M,)."""
         return solve_upper(self.Luu, solve_upper(self.LB, self.c))
 
+    def with_residuals(self, residual_sq: jax.Array) -> Woodbury:
+        """The same factorisation with yᵀC⁻¹y = rᵀD⁻¹r + ‖v‖², given ``residual_sq`` = rᵀD⁻¹r.
+
+        r = y − K_fu m are the residuals of the weight mean m (:meth:`weight_mean`) and v = L_uuᵀ m =
+        L_B⁻ᵀ c its whitened form: both terms are sums of squares, with no cancellation (see the module
+        docstring); ``residual_sq`` comes from the second sweep of
+        :func:`bayes_rbfn.gp.parallel.woodbury_factor`.
+        """
+        v = solve_upper(self.LB, self.c)
+        return self._replace(quad=residual_sq + jnp.sum(v * v))
+
     def weight_cov_factor(self) -> jax.Array:
         """R = L_B⁻¹ L_uu⁻¹ (M, M), so that the weights' posterior covariance is Σ = Rᵀ R."""
         return solve_lower(self.LB, solve_lower(self.Luu, jnp.eye(self.Luu.shape[0], dtype=self.Luu.dtype)))
@@ -202,7 +227,9 @@ def woodbury(Luu: jax.Array, stats: tuple, n: Any) -> Woodbury:
 
     Returns:
         A :class:`Woodbury` from which the log marginal likelihood, LOO conditionals, weight
-        posterior and predictive moments follow.
+        posterior and predictive moments follow. Its ``quad`` is the difference yᵀD⁻¹y − ‖c‖², exact
+        in exact arithmetic but cancelling when d is small (see the module docstring):
+        :func:`bayes_rbfn.gp.parallel.woodbury_factor` replaces it by the residual form.
     """
     AAt, Ay, yDy, logdet_d = stats
     B = AAt + jnp.eye(Luu.shape[0], dtype=AAt.dtype)
