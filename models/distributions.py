@@ -153,8 +153,9 @@ class SparseGP(_GaussianProcessMarginal):
         if approx not in APPROXIMATIONS:
             expected = ", ".join(map(repr, APPROXIMATIONS))
             raise ValueError(f"approx: expected one of {expected}, got {approx!r}")
-        if jitter is not None and not (np.isfinite(jitter) and jitter > 0):
-            raise ValueError(f"jitter: expected a finite number > 0 (or None for the policy), got {jitter!r}")
+        # 0 factorises K_uu as it is (identity checks at Z = X); fit() and the CLI take only jitter > 0.
+        if jitter is not None and not (np.isfinite(jitter) and jitter >= 0):
+            raise ValueError(f"jitter: expected a finite number ≥ 0 (or None for the policy), got {jitter!r}")
         self.approx = approx
         self.jitter = jitter
         self.fast, self.chunk_size, self.mesh = bool(fast), chunk_size, mesh
