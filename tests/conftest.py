@@ -52,14 +52,15 @@ def rng():
 #: its two processes finish together (longest-processing-time-first scheduling); the order within a file
 #: is kept. Files not listed follow in their collection order.
 FILE_SECONDS = {
-    "infer/test_mcmc.py": 258,
+    "infer/test_resume.py": 300,
+    "infer/test_mcmc.py": 285,
     "workflows/test_sbc_models.py": 238,
-    "infer/test_resume.py": 225,
     "gp/test_adversarial.py": 170,
     "cli/test_cli.py": 151,
     "test_notebooks.py": 144,
     "workflows/test_sbc.py": 117,
     "gp/test_parallel.py": 108,
+    "cli/test_cli_lock.py": 55,
     "workflows/test_compare.py": 71,
     "gp/test_sparse.py": 70,
     "models/test_sparse_models.py": 68,
