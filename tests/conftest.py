@@ -1,6 +1,8 @@
 """Shared test configuration: float64 everywhere (DESIGN §5), tolerances stated once, keyed by dtype."""
 
+import gc
 import os
+import time
 from pathlib import Path
 
 os.environ.setdefault("MPLBACKEND", "Agg")
@@ -8,6 +10,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # not missing CPU features. Keep test output readable; real failures still raise in Python.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import jax
 import numpy as np
 import pytest
 
@@ -78,3 +81,60 @@ def pytest_collection_modifyitems(config, items):
             return 0
 
     items.sort(key=seconds, reverse=True)  # stable: the order within a file is kept
+
+
+#: Linux refuses a process more than vm.max_map_count (65,530 by default) memory mappings, and every program
+#: XLA compiles for the CPU holds ~19 of its own until JAX's caches drop it. The suite's two long-lived
+#: processes compile tens of thousands of programs (the eager calls of the hypothesis tests compile every
+#: primitive anew for every shape), and crossing the limit killed a worker inside XLA's compiler
+#: (segmentation fault in ``backend_compile_and_load``; 24 Nov 2026, at 36,000 maps in the other worker).
+#: The caches are cleared after every test file, and sooner when the count passes this share of the limit.
+MAP_COUNT_SHARE = 0.5
+
+
+def _map_count_limit() -> int:
+    try:
+        return int(Path("/proc/sys/vm/max_map_count").read_text())
+    except (OSError, ValueError):
+        return 0
+
+
+_MAP_LIMIT = _map_count_limit()
+
+
+def _map_count() -> int:
+    try:
+        with open("/proc/self/maps", "rb") as maps:
+            return maps.read().count(b"\n")
+    except OSError:
+        return 0
+
+
+def _release_compiled_programs() -> None:
+    jax.clear_caches()
+    gc.collect()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _clear_caches_after_each_file():
+    yield
+    _release_compiled_programs()
+
+
+@pytest.fixture(autouse=True)
+def _clear_caches_near_the_map_limit():
+    yield
+    if _MAP_LIMIT and _map_count() > MAP_COUNT_SHARE * _MAP_LIMIT:
+        _release_compiled_programs()
+
+
+#: ``BAYES_RBFN_TEST_DURATIONS=FILE`` appends "seconds<TAB>phase<TAB>test id<TAB>time" for every test
+#: phase as it finishes (with xdist the controller repeats its processes' lines), so that a run cut short
+#: still tells where its time went.
+_DURATIONS = os.environ.get("BAYES_RBFN_TEST_DURATIONS")
+
+
+def pytest_runtest_logreport(report):
+    if _DURATIONS:
+        with open(_DURATIONS, "a") as out:
+            out.write(f"{report.duration:.2f}\t{report.when}\t{report.nodeid}\t{time.time():.0f}\n")
