@@ -71,6 +71,13 @@ FILE_SECONDS = {
 }
 
 
+def pytest_configure(config):
+    # pytest-xdist ≥ 3 hands out the files with the most tests first (``--loadscope-reorder``, its default),
+    # which put the two longest files, with few tests each, last. Keep the order sorted below instead.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(config, items):
     tests = Path(__file__).parent
 
@@ -128,13 +135,15 @@ def _clear_caches_near_the_map_limit():
         _release_compiled_programs()
 
 
-#: ``BAYES_RBFN_TEST_DURATIONS=FILE`` appends "seconds<TAB>phase<TAB>test id<TAB>time" for every test
-#: phase as it finishes (with xdist the controller repeats its processes' lines), so that a run cut short
-#: still tells where its time went.
+#: ``BAYES_RBFN_TEST_DURATIONS=FILE`` appends "seconds<TAB>phase<TAB>test id<TAB>time<TAB>outcome" for
+#: every test phase as it finishes (with xdist the controller repeats its processes' lines), so that a run
+#: cut short still tells where its time went and what failed.
 _DURATIONS = os.environ.get("BAYES_RBFN_TEST_DURATIONS")
 
 
 def pytest_runtest_logreport(report):
     if _DURATIONS:
         with open(_DURATIONS, "a") as out:
-            out.write(f"{report.duration:.2f}\t{report.when}\t{report.nodeid}\t{time.time():.0f}\n")
+            out.write(
+                f"{report.duration:.2f}\t{report.when}\t{report.nodeid}\t{time.time():.0f}\t{report.outcome}\n"
+            )
