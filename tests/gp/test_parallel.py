@@ -388,6 +388,27 @@ _SHARDED_SCRIPT = textwrap.dedent(
                 for u, v in zip(a, b)
             )
         out[key] = rel
+    # LOO at interpolated points (alone at their inducing inputs, σ = 1e-8, one in each device's half):
+    # sor_loo's leave-block-out pass, whose per-block R factors are all-gathered across devices, = one
+    # device's; with the floor at -inf (no such pass) their values differ (the pass was taken).
+    from bayes_rbfn.gp import kernels
+    Xi = rng.uniform(0, 5, (2000, 1))
+    Xi[[500, 1500, 1999]] = [[7.0], [9.0], [11.0]]
+    Zi = jnp.asarray(np.concatenate([np.linspace(0, 5, 20)[:, None], Xi[[500, 1500, 1999]]]))
+    Xi = jnp.asarray(Xi)
+    yi = jnp.sin(2 * Xi[:, 0])
+    kern = kernels.SquaredExponential(0.7, 1.3)
+    out["interpolated"], out["interpolated_changed"] = {}, []
+    for chunk in (64, None):
+        def loo_i(m):
+            f = parallel.sor_factor(kern, Xi, yi, Zi, 1e-8, chunk_size=chunk, mesh=m)
+            return np.asarray(parallel.sor_loo(f, kern, Zi, Xi, yi, 1e-16, chunk_size=chunk, mesh=m))
+        a, b = loo_i(None), loo_i(mesh)
+        out["interpolated"][str(chunk)] = float(np.max(np.abs(a - b) / np.abs(a)))
+        floor = parallel.LOO_LEVERAGE_FLOOR[jnp.dtype("float64")]
+        parallel.LOO_LEVERAGE_FLOOR[jnp.dtype("float64")] = -np.inf
+        out["interpolated_changed"].append(np.flatnonzero(loo_i(None) != a).tolist())
+        parallel.LOO_LEVERAGE_FLOOR[jnp.dtype("float64")] = floor
     # The predictive's draws spread round-robin over both devices = all on one device.
     from bayes_rbfn.infer import predictive
     _, data4, params4, X_test4, chunk4 = problems[1]
@@ -433,7 +454,8 @@ _SHARDED_SCRIPT = textwrap.dedent(
 
 def test_sharded_equals_single_device():
     """2 simulated CPU devices: sharded log density, gradient, LOO, predictive = one device's to 1e-10,
-    and so are the predictive's draws spread over both devices;
+    also the LOO values of interpolated points (sor_loo's leave-block-out pass), and so are the
+    predictive's draws spread over both devices;
     also at N = 200,001 with cond(K_uu) ~ 1e10, where another summation order alone differs by more
     (the sums are added in a fixed block order whatever the device count: parallel.SUM_BLOCKS)."""
     env = dict(os.environ)
@@ -445,9 +467,10 @@ def test_sharded_equals_single_device():
     assert proc.returncode == 0, proc.stderr[-4000:]
     line = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT"))
     result = json.loads(line[len("RESULT") :])
-    for N in ("4001", "4000", "200001"):
+    for N in ("4001", "4000", "200001", "interpolated"):
         for name, rel in result[N].items():
             assert rel < 1e-10, (N, name, rel, "reordered sums alone differ by", result["reordered"])
+    assert result["interpolated_changed"] == [[500, 1500, 1999]] * 2
     assert result["fit_draws"] == 20 and result["fit_finite"]
     # Draw batches spread over both devices (7 batches of 3 draws, the last padded) = one device's.
     assert result["draw_devices"] == 2 and result["draw_devices_with_mesh"] is None

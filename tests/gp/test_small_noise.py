@@ -13,16 +13,23 @@ Problems: the two regimes in which the old form cancels —
 * ``near-span``: M < N and y = K_fu w + σε, so the residuals are O(σ) (what a posterior with small noise
   looks like): yᵀy/σ² ≈ ‖c‖² ≈ 1e16 ‖y‖² at σ = 1e-8;
 * ``z-equals-x``: N = M, every point interpolated (yᵀC⁻¹y ≈ yᵀQ_ff⁻¹y while yᵀy/σ² is 1e16 larger);
+  ``z-equals-x-24`` the same with 24 points (LOO only: several leaf blocks, see below);
+* ``mixed`` (LOO only): ``near-span-1d`` plus one point alone at each of three more inducing inputs;
 
 with well-separated inducing inputs (cond(K_uu) ≤ 100), so that the problem itself is well conditioned.
 Relative error of the value before the change: 6e-8…6e-5 at σ = 1e-6 and 8e-4…1.7 at σ = 1e-8; after it,
 ≤ 3e-10. The gradient in log(ℓ, s², σ) was off by up to 2.4 per point at σ = 1e-8; it is now within
 1.1e-6 relative (or 1e-8 per point where the true value is ~σ², the noise gradient at interpolated points).
 
-The LOO conditionals are compared only where the leverages stay away from 1 (``near-span``; ≤ 4e-9 at
-σ = 1e-8, as before the change): their diagonal d_i [C⁻¹]_ii = 1 − h_i comes from M×M sums, accurate to
-~ε absolutely, and at a point the model interpolates 1 − h_i ~ σ²/s² (:func:`bayes_rbfn.gp.parallel.sor_loo`
-documents this; the last test here pins it down).
+The LOO conditionals: where the leverages stay away from 1 (``near-span``) the Woodbury values
+(diag(C⁻¹) = 1/σ² − ‖V_:i‖² from M×M sums, C⁻¹y from the residuals) are within 4e-9 at σ = 1e-8. At a
+point the model interpolates 1 − h_i = σ²[C⁻¹]_ii ~ σ²/s², which those sums hold only to ~ε absolutely:
+the Woodbury values were off by 2e-4…2.5e-3 at σ = 1e-6 and NaN at 1e-8 (Z = X), and by 9e-4 at a point
+alone at its inducing input among ordinary ones (``mixed``). :func:`bayes_rbfn.gp.parallel.sor_loo`
+now takes those points (1 − h_i below parallel.LOO_LEVERAGE_FLOOR) from a leave-block-out pass that
+subtracts nothing, checked here for four kernels, one leaf block and several, chunk lengths 8 and the
+default, padding, float32 and (nested) vmap: ≤ 2e-14 relative with Z = X, ≤ 3e-9 in ``mixed`` (there the
+problem's own sensitivity to ε-changes of y). The sharded pass is checked in tests/gp/test_parallel.py.
 """
 
 from __future__ import annotations
@@ -47,6 +54,18 @@ RTOL_VALUE = 1e-8
 #: N-point log density has entries of order N; the noise gradient at an interpolated point is ~σ²).
 RTOL_GRAD, ATOL_GRAD_PER_POINT = 1e-5, 1e-9
 RTOL_LOO = 1e-7
+#: The conditionals of interpolated points (1 − h_i below parallel.LOO_LEVERAGE_FLOOR), from sor_loo's
+#: leave-block-out pass, where every point is interpolated (z-equals-x*): measured ≤ 2e-14 relative.
+RTOL_LOO_INTERPOLATED = 1e-12
+#: The same for the points alone at their inducing input in ``mixed``: measured ≤ 3e-9. That is the
+#: problem's own floor, not the pass's: their conditional mean Σ_j c_j y_j extrapolates the other points'
+#: fit with Σ_j |c_j y_j| ≈ 7e5 (σ = 1e-8) against residuals y_i − E[y_i | y_−i] of 5e-3 and 9e-5, so
+#: ε-perturbations of y alone move it by up to 1.6e-10 (absolute) — the pass is off by 7e-12.
+RTOL_LOO_MIXED = 1e-8
+#: The library's float64 floor of 1 − h_i (parallel.LOO_LEVERAGE_FLOOR), written out.
+FLOOR = 1e-4
+#: The library's relative jitter for float32, written out.
+JITTER32 = 1e-4
 
 KERNELS = {
     "se": kernels.SquaredExponential,
@@ -110,11 +129,11 @@ def _solve_upper(L, b):
     return x
 
 
-def _sor_cov(kind, ls, var, noise, X, Z):
+def _sor_cov(kind, ls, var, noise, X, Z, jitter=JITTER):
     """C = K_fu (K_uu + jitter · mean(diag K_uu) · I)⁻¹ K_uf + σ²I, dense."""
     Kuu = _gram(kind, ls, var, Z, Z)
     M = len(Kuu)
-    shift = Decimal(JITTER) * sum(Kuu[i][i] for i in range(M)) / M
+    shift = Decimal(jitter) * sum(Kuu[i][i] for i in range(M)) / M
     for i in range(M):
         Kuu[i][i] += shift
     Luu = _cholesky(Kuu)
@@ -152,18 +171,28 @@ def reference(kind, lengthscale, variance, noise, X, y, Z, loo=False):
             grad.append(float(diff / (2 * h)))
         out = [float(value), np.array(grad)]
         if loo:
-            C = _sor_cov(kind, *theta, X, Z)
-            L = _cholesky(C)
-            N = len(C)
-            yd = [Decimal(float(v)) for v in y]
-            alpha = _solve_upper(L, _solve_lower(L, yd))  # C⁻¹y
-            cond = []
-            for i in range(N):
-                e = [Decimal(int(i == j)) for j in range(N)]
-                p_ii = sum(v * v for v in _solve_lower(L, e))  # [C⁻¹]_ii = ‖L⁻¹ e_i‖²
-                cond.append(float(((p_ii / (2 * Decimal(np.pi))).ln() - alpha[i] ** 2 / p_ii) / 2))
-            out.append(np.array(cond))
+            out.append(loo_reference(kind, lengthscale, variance, noise, X, y, Z)[0])
         return out
+
+
+def loo_reference(kind, lengthscale, variance, noise, X, y, Z, jitter=JITTER):
+    """(the LOO conditionals log p(y_i | y_−i), and 1 − h_i = σ² [C⁻¹]_ii), both (N,), from a 60-digit
+    Cholesky of the dense C = Q_ff + σ²I (``jitter``: the relative jitter of K_uu)."""
+    with decimal.localcontext() as ctx:
+        ctx.prec = DIGITS
+        theta = [Decimal(float(v)) for v in (lengthscale, variance, noise)]
+        C = _sor_cov(kind, *theta, X, Z, jitter)
+        L = _cholesky(C)
+        N = len(C)
+        yd = [Decimal(float(v)) for v in y]
+        alpha = _solve_upper(L, _solve_lower(L, yd))  # C⁻¹y
+        cond, free = [], []
+        for i in range(N):
+            e = [Decimal(int(i == j)) for j in range(N)]
+            p_ii = sum(v * v for v in _solve_lower(L, e))  # [C⁻¹]_ii = ‖L⁻¹ e_i‖²
+            cond.append(float(((p_ii / (2 * Decimal(np.pi))).ln() - alpha[i] ** 2 / p_ii) / 2))
+            free.append(float(theta[2] ** 2 * p_ii))
+        return np.array(cond), np.array(free)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -182,6 +211,16 @@ def problem(name: str, kind: str, lengthscale: float, variance: float, noise: fl
     elif name == "z-equals-x":
         X = np.linspace(0.0, 3.0, 6)[:, None]
         return X, np.sin(2.0 * X[:, 0]), X
+    elif name == "z-equals-x-24":
+        X = np.linspace(0.0, 0.6 * 23, 24)[:, None]  # the spacing of z-equals-x, over several leaf blocks
+        return X, np.sin(2.0 * X[:, 0]), X
+    elif name == "mixed":
+        # near-span-1d's points and inducing inputs, and one point alone at each of three more inducing
+        # inputs, shuffled into the chunks: points the model interpolates among ordinary ones.
+        alone = np.array([[5.0], [7.0], [9.0]])
+        X = np.concatenate([np.sort(rng.uniform(0.0, 3.0, (30, 1)), axis=0), alone])
+        X = X[np.random.default_rng(3).permutation(len(X))]
+        Z = np.concatenate([np.linspace(0.0, 3.0, 6)[:, None], alone])
     else:
         raise ValueError(name)
     k = KERNELS[kind](lengthscale=lengthscale, variance=variance)
@@ -238,17 +277,100 @@ def test_sor_loo_at_small_noise(name, kind, noise):
     np.testing.assert_allclose(loo, expected, rtol=RTOL_LOO, atol=RTOL_LOO)
 
 
-@pytest.mark.xfail(
-    reason="documented limit (parallel.sor_loo): at a point the model interpolates, 1 − h_i ~ σ²/s² is "
-    "below what the M×M sums resolve; ~1e-4 relative at σ/s = 1e-6, no digits at 1e-8",
-    strict=True,
-)
+def _library_loo(kind, noise, X, y, Z, chunk_size=None, mask=None, dtype=np.float64):
+    """The library's SoR LOO conditionals (its factor, then parallel.sor_loo), in ``dtype``."""
+    kernel = KERNELS[kind](lengthscale=dtype(THETA[0]), variance=dtype(THETA[1]))
+    Xj, yj, Zj = (jnp.asarray(a, dtype=dtype) for a in (X, y, Z))
+    noise = jnp.asarray(noise, dtype=dtype)
+    factor = parallel.sor_factor(kernel, Xj, yj, Zj, noise, mask=mask, chunk_size=chunk_size)
+    return parallel.sor_loo(factor, kernel, Zj, Xj, yj, noise**2, mask=mask, chunk_size=chunk_size)
+
+
+def _assert_loo(loo, expected, free, rtol=RTOL_LOO_INTERPOLATED):
+    """Interpolated points (1 − h_i below the library's floor: its leave-block-out pass) to ``rtol``,
+    the others (its Woodbury values) to RTOL_LOO."""
+    loo = np.asarray(loo)
+    tight = free < FLOOR
+    np.testing.assert_allclose(loo[tight], expected[tight], rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(loo[~tight], expected[~tight], rtol=RTOL_LOO, atol=RTOL_LOO)
+
+
 def test_sor_loo_interpolated_points_at_small_noise():
-    """Z = X, σ = 1e-8: the LOO conditionals need leave-one-out information the M×M sums no longer hold."""
+    """Z = X, σ = 1e-8: every 1 − h_i ~ 1e-16, so the Woodbury values had no digit left (NaN where the
+    precision came out ≤ 0); the leave-block-out pass gets them to ~1e-15."""
     X, y, Z = problem("z-equals-x", "se", *THETA, 1e-8)
-    kernel = KERNELS["se"](lengthscale=THETA[0], variance=THETA[1])
-    Xj, yj, Zj = jnp.asarray(X), jnp.asarray(y), jnp.asarray(Z)
-    factor = parallel.sor_factor(kernel, Xj, yj, Zj, 1e-8)
-    loo = parallel.sor_loo(factor, kernel, Zj, Xj, yj, 1e-16)
-    expected = reference("se", *THETA, 1e-8, X, y, Z, loo=True)[2]
-    np.testing.assert_allclose(loo, expected, rtol=1e-3)
+    expected, free = loo_reference("se", *THETA, 1e-8, X, y, Z)
+    assert np.all(free < 1e-12)
+    loo = _library_loo("se", 1e-8, X, y, Z)
+    np.testing.assert_allclose(loo, expected, rtol=RTOL_LOO_INTERPOLATED)
+
+
+INTERPOLATED_CASES = [
+    pytest.param(name, kind, noise, id=f"{name}-{kind}-sigma={noise:.0e}")
+    for name, kinds in (
+        ("z-equals-x", tuple(KERNELS)),
+        ("z-equals-x-24", ("se", "matern52")),
+        ("mixed", ("se",)),
+    )
+    for kind in kinds
+    for noise in (1e-6, 1e-8)
+]
+
+
+@pytest.mark.parametrize("name, kind, noise", INTERPOLATED_CASES)
+def test_sor_loo_interpolated_against_60_digits(name, kind, noise):
+    """Every point interpolated (Z = X: one leaf block; 24 points: several, so A_out holds other leaves'
+    rows of size 1/σ next to the prior's I), or a mix (``mixed``: points alone at their inducing input among
+    ordinary ones, so that both the Woodbury values and the leave-block-out pass are used), in chunks of
+    8 and in the default chunks: against the 60-digit reference."""
+    X, y, Z = problem(name, kind, *THETA, noise)
+    expected, free = loo_reference(kind, *THETA, noise, X, y, Z)
+    assert np.any(free < FLOOR / 100)
+    if name == "mixed":
+        assert np.any(free > FLOOR * 100)
+    rtol = RTOL_LOO_MIXED if name == "mixed" else RTOL_LOO_INTERPOLATED
+    for chunk_size in (8, None):
+        _assert_loo(_library_loo(kind, noise, X, y, Z, chunk_size), expected, free, rtol)
+
+
+def test_sor_loo_masked_padding_at_interpolated_points():
+    """Padded points (mask False) condition nothing in either pass, even where they sit on an interpolated
+    point's input with a wild target; they get the value 0."""
+    X, y, Z = problem("mixed", "se", *THETA, 1e-8)
+    expected, free = loo_reference("se", *THETA, 1e-8, X, y, Z)
+    alone = np.flatnonzero(free < FLOOR)
+    assert alone.size
+    pad = np.concatenate([alone, alone, [0]])
+    order = np.random.default_rng(4).permutation(len(X) + len(pad))
+    Xp = np.concatenate([X, X[pad]])[order]
+    yp = np.concatenate([y, np.full(len(pad), 1e3)])[order]
+    mask = np.concatenate([np.ones(len(X), bool), np.zeros(len(pad), bool)])[order]
+    loo = np.asarray(_library_loo("se", 1e-8, Xp, yp, Z, chunk_size=8, mask=jnp.asarray(mask)))
+    assert np.all(loo[~mask] == 0.0)
+    real = order[mask]  # the real points' indices in X
+    _assert_loo(loo[mask], expected[real], free[real], RTOL_LOO_MIXED)
+
+
+@pytest.mark.parametrize("noise", [1e-2, 1e-3])
+def test_sor_loo_float32_interpolated(noise):
+    """float32 in, float32 out; Z = X at σ = 1e-2, 1e-3 (1 − h_i ~ 1e-4, 1e-6: below float32's floor),
+    against the 60-digit reference with the float32 jitter, at 1e-5 relative (the Woodbury values were off
+    by 1e-3 and 0.27)."""
+    X, y, _ = problem("z-equals-x", "se", *THETA, noise)
+    X32, y32 = X.astype(np.float32).astype(np.float64), y.astype(np.float32).astype(np.float64)
+    expected, free = loo_reference("se", *THETA, np.float32(noise), X32, y32, X32, jitter=JITTER32)
+    assert np.all(free < parallel.LOO_LEVERAGE_FLOOR[np.dtype("float32")])
+    loo = _library_loo("se", noise, X32, y32, X32, dtype=np.float32)
+    assert loo.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(loo, np.float64), expected, rtol=1e-5)
+
+
+def test_sor_loo_vmapped_over_draws():
+    """Under vmap (one value per posterior draw, as the models' log_likelihood is evaluated), nested too:
+    draws whose points are interpolated get the leave-block-out values, the others their Woodbury ones."""
+    X, y, Z = problem("z-equals-x", "se", *THETA, 1e-8)
+    noises = np.array([[1e-2, 1e-8], [1e-6, 1e-1]])
+    loo = jax.jit(jax.vmap(jax.vmap(lambda s: _library_loo("se", s, X, y, Z))))(jnp.asarray(noises))
+    for i, j in np.ndindex(noises.shape):
+        expected, free = loo_reference("se", *THETA, noises[i, j], X, y, Z)
+        _assert_loo(loo[i, j], expected, free)
