@@ -1,7 +1,8 @@
 """The GPU measurements of issue 20 (target 3), on whatever device ``--device`` names.
 
 1. ``grad``: value + gradient of the SoR log marginal likelihood in (ℓ, s², σ) at N = 10⁶, M = 256,
-   float64 (jitted, data as arguments; the minimum and median of interleaved repeats after a warm call).
+   float64 and ``precision="mixed"`` (jitted, data as arguments; the minimum and median of interleaved
+   repeats after a warm call; mixed's error against float64).
 2. ``chain``: one NUTS chain of 500 warm-up + 500 draws at N = 10⁶, M = 64 through ``bayes_rbfn.fit`` at
    its defaults, with and without the start at the mode (``init="map"``); wall time with compilation
    included, the minimum bulk ESS over the hyperparameters and r_hat of the chain's two halves.
@@ -27,6 +28,8 @@ import time
 from pathlib import Path
 
 SECTIONS = ("grad", "predict", "chain")
+#: The precisions of the streamed pass the ``grad`` section compares (``ModelConfig.precision``).
+PRECISIONS = ("float64", "mixed")
 FULL = {
     "grad": {"N": 1_000_000, "M": 256, "repeats": 7},
     "chain": {"N": 1_000_000, "M": 64, "warmup": 500, "draws": 500},
@@ -61,27 +64,39 @@ def section_grad(cfg: dict) -> dict:
     X, y = _data(N)
     Z = np.quantile(X[:, 0], (np.arange(M) + 0.5) / M)[:, None]
     data = {"X": jnp.asarray(X), "y": jnp.asarray(y), "Z": jnp.asarray(Z), "y_offset": jnp.asarray(y.mean())}
-    config = ModelConfig(family=FAMILIES["se"], priors={})
     params = {"lengthscale": jnp.asarray(1.0), "variance": jnp.asarray(1.0), "noise": jnp.asarray(0.3)}
-    grad = jax.jit(jax.value_and_grad(lambda p, d: sor_model.log_density(p, d, config)))
-    t0 = time.perf_counter()
-    value, g = jax.block_until_ready(grad(params, data))
-    first = time.perf_counter() - t0
-    times = []
-    for _ in range(cfg["repeats"]):
+    grads, first, values = {}, {}, {}
+    for precision in PRECISIONS:
+        config = ModelConfig(family=FAMILIES["se"], priors={}, precision=precision)
+        grads[precision] = jax.jit(
+            jax.value_and_grad(lambda p, d, config=config: sor_model.log_density(p, d, config))
+        )
         t0 = time.perf_counter()
-        jax.block_until_ready(grad(params, data))
-        times.append(time.perf_counter() - t0)
-    return {
-        "N": N,
-        "M": M,
-        "dtype": str(data["X"].dtype),
-        "first_call_s": first,
-        "min_s": min(times),
-        "median_s": statistics.median(times),
-        "value": float(value),
-        "finite": bool(np.isfinite(float(value)) and all(np.isfinite(float(v)) for v in g.values())),
-    }
+        values[precision] = jax.block_until_ready(grads[precision](params, data))
+        first[precision] = time.perf_counter() - t0
+    times = {precision: [] for precision in PRECISIONS}
+    for _ in range(cfg["repeats"]):  # interleaved, so that both see the same state of the device
+        for precision in PRECISIONS:
+            t0 = time.perf_counter()
+            jax.block_until_ready(grads[precision](params, data))
+            times[precision].append(time.perf_counter() - t0)
+    v64, g64 = values["float64"]
+    out = {"N": N, "M": M, "dtype": str(data["X"].dtype)}
+    for precision in PRECISIONS:
+        value, g = values[precision]
+        out[precision] = {
+            "first_call_s": first[precision],
+            "min_s": min(times[precision]),
+            "median_s": statistics.median(times[precision]),
+            "value": float(value),
+            "value_rel_error": abs(float(value) - float(v64)) / abs(float(v64)),
+            "grad_rel_error": float(
+                np.linalg.norm([float(g[k] - g64[k]) for k in g64])
+                / np.linalg.norm([float(g64[k]) for k in g64])
+            ),
+            "finite": bool(np.isfinite(float(value)) and all(np.isfinite(float(v)) for v in g.values())),
+        }
+    return out
 
 
 def _diagnostics(idata) -> dict:
@@ -180,15 +195,18 @@ def section_predict(cfg: dict) -> dict:
 
 
 def _table(results: dict) -> str:
-    lines = [f"device: {results['device']}; JAX {results['jax']}; float64", ""]
+    lines = [f"device: {results['device']}; JAX {results['jax']}; float64 unless stated", ""]
     lines += ["| measurement | setting | time | notes |", "|---|---|---|---|"]
     if "grad" in results:
         g = results["grad"]
-        lines.append(
-            f"| value + gradient, SoR log marginal | N = {g['N']:,}, M = {g['M']}, {g['dtype']} | "
-            f"{g['min_s'] * 1e3:.2f} ms (median {g['median_s'] * 1e3:.2f}) | "
-            f"first call {g['first_call_s']:.1f} s |"
-        )
+        for precision in PRECISIONS:
+            r = g[precision]
+            lines.append(
+                f"| value + gradient, SoR log marginal | N = {g['N']:,}, M = {g['M']}, {precision} | "
+                f"{r['min_s'] * 1e3:.2f} ms (median {r['median_s'] * 1e3:.2f}) | "
+                f"first call {r['first_call_s']:.1f} s; against float64: value {r['value_rel_error']:.1e}, "
+                f"gradient {r['grad_rel_error']:.1e} (relative) |"
+            )
     if "chain" in results:
         c = results["chain"]
         for init, r in c["runs"].items():

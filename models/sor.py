@@ -49,6 +49,7 @@ def marginal(params: dict, data: dict, config: ModelConfig, approx: str = "sor")
         fast=config.fast,
         chunk_size=config.chunk_size,
         mesh=config.mesh,
+        precision=config.precision,
     )
 
 
@@ -86,5 +87,6 @@ SPEC = ModelSpec(
     predict_streams=True,
     variance_collapses=True,
     shards_data=True,
+    takes_precision=True,
     description="SoR (Nyström) GP: y ~ N(c, Q_ff + σ²I), weights marginalised, O(NM²)",
 )

@@ -309,6 +309,7 @@ def asor_predict(params: dict, data: dict, config: ModelConfig, X_test: jax.Arra
         fast=config.fast,
         chunk_size=config.chunk_size,
         mesh=config.mesh,
+        precision=config.precision,
     )
     moments = augmented_sor_predict(factor, kernel, data["X"], y, data["Z"], noise, X_test)
     return moments.mean + prior_mean(params, data, config, X_test), moments.var
@@ -324,6 +325,7 @@ SPECS = (
         predict=dtc_predict,
         log_likelihood=dtc_log_likelihood,
         uses_inducing=True,
+        takes_precision=True,
         description="DTC: SoR's likelihood, predictive with the exact K_** (no variance collapse), O(NM²)",
     ),
     ModelSpec(
@@ -332,6 +334,7 @@ SPECS = (
         predict=fitc_predict,
         log_likelihood=fitc_log_likelihood,
         uses_inducing=True,
+        takes_precision=True,
         description="FITC: y ~ N(c, Q_ff + diag(K_ff − Q_ff) + σ²I) and its predictive, O(NM²)",
     ),
     ModelSpec(
@@ -340,6 +343,7 @@ SPECS = (
         predict=vfe_predict,
         log_likelihood=vfe_log_likelihood,
         uses_inducing=True,
+        takes_precision=True,
         description="VFE: Titsias's bound as log likelihood (a pseudo-posterior), DTC's predictive, O(NM²)",
     ),
     ModelSpec(
@@ -348,6 +352,7 @@ SPECS = (
         predict=asor_predict,
         log_likelihood=sor.log_likelihood,
         uses_inducing=True,
+        takes_precision=True,
         description="augmented SoR: trained as SoR, each test input added to Z to predict, O(NM) per point",
     ),
 )

@@ -34,10 +34,13 @@ class ModelConfig:
     #: Performance settings of the streamed O(NM²) pass of the SoR family (:mod:`bayes_rbfn.gp.parallel`):
     #: ``fast`` takes the sums before whitening (fewer flops, ill-conditioned; off by default),
     #: ``chunk_size`` is the number of data points per chunk (None: cache-sized), ``mesh`` a
-    #: :class:`jax.sharding.Mesh` with a ``"data"`` axis to shard the pass over its devices.
+    #: :class:`jax.sharding.Mesh` with a ``"data"`` axis to shard the pass over its devices, ``precision``
+    #: ``"float64"`` or ``"mixed"`` (kernel blocks and their products in float32, sums and factorisations in
+    #: float64; accurate only for a well-conditioned K_uu: :mod:`bayes_rbfn.gp.parallel`).
     fast: bool = False
     chunk_size: int | None = None
     mesh: Any = None
+    precision: str = "float64"
     #: The observation model (:mod:`bayes_rbfn.models.likelihoods`); only ``rbfn`` takes a non-Gaussian one.
     likelihood: Likelihood = LIKELIHOODS["gaussian"]
     #: The prior mean of f: ``"constant"`` (the number ``data["y_offset"]``), ``"linear"`` (sampled
@@ -73,6 +76,9 @@ class ModelSpec:
     #: Its O(NM²) pass runs through :mod:`bayes_rbfn.gp.parallel`, so ``fit(shard=...)`` can split the data
     #: over devices.
     shards_data: bool = False
+    #: Its O(NM²) sums run through the streamed pass of :mod:`bayes_rbfn.gp.parallel`, so that
+    #: ``fit(precision="mixed")`` applies to it (``ModelConfig.precision``).
+    takes_precision: bool = False
     #: Lays the data out for the model: ``prepare(X, y, Z, *, y_offset, constant_mean, group, group_pred,
     #: X_pred) → (data, extras)``, ``extras`` holding what the drivers need besides (the grouped layout's
     #: ``obs_index``, ``group``, ``group_pred``, ``num_groups``). Default :func:`layout.flat_layout`.

@@ -50,6 +50,26 @@ floor as the whitened form allows:
   back through the M×M algebra of m onto the cotangents of the sums. The gradient is then the derivative
   of the residual form as computed, and keeps its digits too (tests/gp/test_small_noise.py: against 60
   significant digits at σ = 1e-6 and 1e-8).
+* **Mixed precision** (``precision="mixed"``, off by default). Each chunk's kernel block K_uc, its
+  whitening W K_uc and its products (in the reverse pass also the kernel's pullback and its two products)
+  are taken in float32, and each chunk's result is added to float64 sums; W, every factorisation and the
+  Woodbury algebra stay float64, and so does the residual sweep (in float32 its differences y − K m
+  measured 1e-9–6e-8 relative in the log density against 5e-11–1e-9, to save one kernel block per
+  chunk). For a translation-invariant kernel the inputs are shifted by the mean of Z, in float64, before
+  they are cast, so that their rounding is relative to their spread, not to their distance from the
+  origin (inputs near 2000: gradient 4e-6 → 7e-9). It is accurate only while K_uu is well conditioned: a
+  float32 rounding of K_uc (relative ε₃₂ ≈ 6e-8) comes out of the whitening amplified by up to
+  ‖L_uu⁻¹‖ ~ cond(K_uu)^½. Against float64 at M = 64, N = 10³–10⁶ (benchmarks/mixed_precision.py,
+  benchmarks/results/mixed_precision_cpu.md): with the inducing inputs 2.5 lengthscales apart (3-D,
+  cond(K_uu) ≈ 1.5) the log density is within 1e-9 relative (≤ 1e-5 nats) and the gradient within 2e-8 of
+  its norm; with 64 dense inducing inputs on 1-D data (cond(K_uu) ~ 1e9, the jitter floor) the log
+  density is off by ~4e-5 relative (0.9 nats at N = 10⁵, 11 at 10⁶) and the gradient by 1e-2 to 3 of
+  its norm: there it must not be used. In between the error grows with cond(K_uu) (below 1e-6 relative up
+  to cond ~1e3 on 1-D data, ~1e8 on the 3-D grid), and cond(K_uu) moves with the lengthscales a sampler
+  visits, so it is the default nowhere. A small gradient component that is the difference of terms of
+  size ~N (that of log s²) keeps ~ε₃₂·N of float32 rounding from the reverse pass, where most of the
+  speed-up is (a float64 reverse pass kept ~1.1× of it): value + gradient is 1.2–1.9× faster on 2 CPU
+  cores (1.7–1.9× at N = 10⁵, 1.7× at 10⁶). On float32 inputs it is plain float32.
 * **Leave-block-out LOO where leverages reach 1.** The LOO conditionals take diag(C⁻¹) = 1/d − ‖V_:i‖²
   from the sums, which cancels at points the model interpolates (1 − h_i ~ σ²/s²). :func:`sor_loo` flags
   the points whose 1 − h_i falls below :data:`LOO_LEVERAGE_FLOOR` and takes theirs from a second pass
@@ -98,12 +118,14 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bayes_rbfn.gp import linalg
+from bayes_rbfn.gp import kernels, linalg
 from bayes_rbfn.gp.kernels import Kernel
 
 __all__ = [
     "DATA_AXIS",
     "LOO_LEVERAGE_FLOOR",
+    "PRECISIONS",
+    "check_precision",
     "chunk_size_for",
     "data_mesh",
     "nystrom_residual",
@@ -332,8 +354,80 @@ def _weight_mean(AAt: jax.Array, Ay: jax.Array, Luu: jax.Array) -> jax.Array:
     return linalg.woodbury(Luu, (AAt, Ay, zero, zero), n=0).weight_mean()
 
 
+#: The values of the streamed pass's ``precision`` setting (:func:`woodbury_stats`): ``"float64"`` computes
+#: in the inputs' dtype; ``"mixed"`` forms the kernel blocks and their products in float32 and adds them to
+#: float64 sums (see the module docstring, *Mixed precision*).
+PRECISIONS: tuple[str, ...] = ("float64", "mixed")
+
+
+def check_precision(precision: Any) -> str:
+    """``precision`` if it is one of :data:`PRECISIONS`, else a ValueError naming the setting."""
+    if not (isinstance(precision, str) and precision in PRECISIONS):
+        raise ValueError(f"precision: expected one of {', '.join(map(repr, PRECISIONS))}, got {precision!r}")
+    return precision
+
+
+def _full_float32_products(precision: str) -> Callable:
+    """Decorator: under ``"mixed"``, the function's products are traced at full float32 precision.
+
+    JAX's default lets a GPU round the inputs of float32 products to TF32 (a 10-bit mantissa): on an H100
+    that made the mixed log density wrong by ~1e-6 relative with well-separated inducing inputs and by O(1)
+    with dense ones, against ≤ 2e-9 and ~5e-5 at full float32 precision, as on a CPU, which is not affected
+    (benchmarks/results/mixed_precision_gpu_h100_tf32.md against mixed_precision_gpu_h100.md).
+    """
+    if precision != "mixed":
+        return lambda fn: fn
+
+    def decorate(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def traced(*args):
+            with jax.default_matmul_precision("highest"):
+                return fn(*args)
+
+        return traced
+
+    return decorate
+
+
+def _low(tree: Any, precision: str) -> Any:
+    """``tree`` with its float64 leaves cast to float32 when ``precision`` is ``"mixed"`` (float32 leaves,
+    and everything under ``"float64"``, unchanged)."""
+    if precision != "mixed":
+        return tree
+
+    def one(a):
+        return a.astype(jnp.float32) if getattr(a, "dtype", None) == jnp.float64 else a
+
+    return jax.tree_util.tree_map(one, tree)
+
+
+def _translation_invariant(kernel: Kernel) -> bool:
+    """Whether k(x + c, x' + c) = k(x, x') for every c, known from the kernel's type: the stationary and the
+    periodic kernels, and sums and products of them."""
+    if isinstance(kernel, kernels.Stationary | kernels.Periodic):
+        return True
+    if isinstance(kernel, kernels.Sum | kernels.Product):
+        return _translation_invariant(kernel.k1) and _translation_invariant(kernel.k2)
+    return False
+
+
+def _centre(kernel: Kernel, Z: jax.Array, precision: str) -> jax.Array | None:
+    """The point (D,) the inputs are shifted by, in float64, before they are cast to float32 under "mixed":
+    the mean of Z, for a translation-invariant kernel with float64 inputs (the rounding of an input is then
+    relative to the spread of the inputs, not to their distance from the origin: years, say); else None."""
+    if precision != "mixed" or Z.dtype != jnp.float64 or not _translation_invariant(kernel):
+        return None
+    return jnp.mean(Z, axis=0)
+
+
+def _shift(a: jax.Array, centre: jax.Array | None) -> jax.Array:
+    return a if centre is None else a - centre
+
+
 @functools.cache
-def _streamed(fast: bool, C: int, mesh: Mesh | None, residuals: bool = False) -> Callable:
+def _streamed(
+    fast: bool, C: int, mesh: Mesh | None, residuals: bool = False, precision: str = "float64"
+) -> Callable:
     """The custom-VJP function (kernel, Z, Luu, X, y, w) → (AAᵀ, A D^-½ y) with ω = w (None: ω = 1).
 
     With ``residuals`` it is (kernel, Z, Luu, X, y, w, d0) → (AAᵀ, A D^-½ y, Σ_n ω_n r_n²), the sums over ω
@@ -344,18 +438,31 @@ def _streamed(fast: bool, C: int, mesh: Mesh | None, residuals: bool = False) ->
 
     The reverse pass is written for the whole (sharded) pass, so autodiff never enters shard_map: the
     cotangents of the replicated inputs are reduced like the forward sums, those of X, y, w stay split.
+
+    With ``precision="mixed"`` each chunk's kernel block, its whitening and its products (and in the
+    reverse pass the kernel's pullback and its two products) are taken in float32 (:func:`_low` of the
+    chunk and of kernel, Z, W; the inputs shifted by :func:`_centre` first), and each chunk's result is
+    cast to float64 before it is added to the float64 sums and cotangents; the residual sweep stays in
+    float64 (see the module docstring).
     """
+    # The dtype of each chunk's work: float32 under "mixed" (float64 inputs), else the inputs' own.
+    low = functools.partial(_low, precision=precision)
 
     def local_sums(shared, X, y, w, n_blocks, per_block, C_eff):
         kernel, Z, W = shared
         M = Z.shape[0]
+        acc = W.dtype
+        centre = _centre(kernel, Z, precision)
+        kernel_c, Z_c, W_c = low((kernel, _shift(Z, centre), W))
 
+        @_full_float32_products(precision)
         def body(carry, x, yc, *wc):
             S, r = carry
-            K = kernel(Z, x)
-            A = K if fast else W @ K
+            x, yc, wc = low((_shift(x, centre), yc, wc))
+            K = kernel_c(Z_c, x)
+            A = K if fast else W_c @ K
             Aw = A * wc[0] if wc else A
-            return (S + Aw @ A.T, r + Aw @ yc), None
+            return (S + (Aw @ A.T).astype(acc), r + (Aw @ yc).astype(acc)), None
 
         zeros = (jnp.zeros((M, M), W.dtype), jnp.zeros((M,), W.dtype))
         rest = [] if w is None else [w]
@@ -363,6 +470,9 @@ def _streamed(fast: bool, C: int, mesh: Mesh | None, residuals: bool = False) ->
 
     def local_residuals(shared, X, y, w, n_blocks, per_block, C_eff):
         kernel, Z, m = shared
+        # In the inputs' dtype whatever the precision: under "mixed", float32 here measured 1e-9–6e-8
+        # relative error in the log density against 5e-11–1e-9 (see the module docstring), to save one
+        # kernel block and two matrix-vector products per chunk.
 
         def body(carry, x, yc, *wc):
             rss, u = carry
@@ -380,10 +490,18 @@ def _streamed(fast: bool, C: int, mesh: Mesh | None, residuals: bool = False) ->
         # As varying (per-device) values, the pullback gives each device's own share of their cotangents,
         # reduced once at the end, instead of a psum per chunk inserted by autodiff.
         kernel, Z = _varying_like((kernel, Z), X)
+        # "mixed": the pullback and the products in float32; the cotangent sums stay float64, the per-point
+        # cotangents come back in the dtype of X, y and w.
+        # (A constant shift of every input leaves the kernel's cotangents as they are.)
+        centre = _centre(kernel, Z, precision)
+        kernel_c, Z_c, W, left, h, m, s = low((kernel, _shift(Z, centre), W, left, h, m, s))
+        X_dtype, y_dtype = X.dtype, y.dtype
 
+        @_full_float32_products(precision)
         def body(carry, x, yc, *wc):
             dk, dz = carry
-            K, pullback = jax.vjp(lambda k, z, xx: k(z, xx), kernel, Z, x)
+            x, yc, wc = low((_shift(x, centre), yc, wc))
+            K, pullback = jax.vjp(lambda k, z, xx: k(z, xx), kernel_c, Z_c, x)
             # ∂f/∂K_c = ω (U + h yᵀ), U = Wᵀ G_s W K_c: whitened as Wᵀ ((G_s W) K_c), two products.
             U = left @ K if fast else W.T @ (left @ K)
             T = U + jnp.outer(h, yc)
@@ -394,12 +512,14 @@ def _streamed(fast: bool, C: int, mesh: Mesh | None, residuals: bool = False) ->
                 T = T - jnp.outer(2.0 * s * m, r)
                 hK = hK + 2.0 * s * r
             dk_c, dz_c, dx = pullback(T * wc[0] if wc else T)
-            out = {"X": dx, "y": hK * wc[0] if wc else hK}
+            out = {"X": dx.astype(X_dtype), "y": (hK * wc[0] if wc else hK).astype(y_dtype)}
             if want_w:
                 out["w"] = jnp.sum(K * (0.5 * U + jnp.outer(h, yc)), axis=0)
                 if residuals:
                     out["w"] = out["w"] + s * r * r
-            return (jax.tree_util.tree_map(jnp.add, dk, dk_c), dz + dz_c), out
+                out["w"] = out["w"].astype(w.dtype)
+            dk = jax.tree_util.tree_map(lambda a, b: a + b.astype(a.dtype), dk, dk_c)
+            return (dk, dz + dz_c.astype(dz.dtype)), out
 
         carry0 = (jax.tree_util.tree_map(jnp.zeros_like, kernel), jnp.zeros_like(Z))
         rest = [] if w is None else [w]
@@ -477,11 +597,11 @@ def _weights(d: Any, y: jax.Array, mask: jax.Array | None, dtype: Any) -> tuple[
     return jnp.where(mask, 1.0 / d, 0.0), jnp.sum(jnp.where(mask, jnp.log(d), 0.0))
 
 
-def _data_sums(kernel, Z, X, y, d, Luu, mask, fast, chunk_size, mesh, residuals):
+def _data_sums(kernel, Z, X, y, d, Luu, mask, fast, chunk_size, mesh, residuals, precision="float64"):
     """``(stats, rᵀD⁻¹r or None)`` for :func:`woodbury_stats` and :func:`woodbury_factor`."""
     C = int(chunk_size or chunk_size_for(Z.shape[0], Luu.dtype))
     d = jnp.asarray(d, dtype=jnp.result_type(Luu, d))
-    streamed = _streamed(bool(fast), C, mesh, residuals)
+    streamed = _streamed(bool(fast), C, mesh, residuals, check_precision(precision))
     if d.ndim == 0 and mask is None:
         # One weight for every point: the sums are taken unweighted and divided once.
         out = streamed(kernel, Z, Luu, X, y, None, d) if residuals else streamed(kernel, Z, Luu, X, y, None)
@@ -505,6 +625,7 @@ def woodbury_stats(
     fast: bool = False,
     chunk_size: int | None = None,
     mesh: Mesh | None = None,
+    precision: str = "float64",
 ) -> tuple:
     """The data sums of :func:`bayes_rbfn.gp.linalg.woodbury` for C = Q_ff + diag(d), in one streamed pass.
 
@@ -521,8 +642,13 @@ def woodbury_stats(
         fast: take the products before whitening (one product per chunk fewer; ill-conditioned).
         chunk_size: data points per chunk (default :func:`chunk_size_for`).
         mesh: shard the pass over the ``"data"`` axis of this mesh (see :func:`data_mesh`).
+        precision: ``"float64"`` (default) or ``"mixed"``: each chunk's kernel block and products in
+            float32, added to float64 sums; the M×M algebra stays float64. Accurate (~1e-9 relative in
+            the log density) only while K_uu is well conditioned, wrong by ~1e-5 relative for the
+            cond(K_uu) ~ 1e9 of dense inducing inputs (see the module docstring, *Mixed precision*); no
+            effect on float32 inputs.
     """
-    return _data_sums(kernel, Z, X, y, d, Luu, mask, fast, chunk_size, mesh, residuals=False)[0]
+    return _data_sums(kernel, Z, X, y, d, Luu, mask, fast, chunk_size, mesh, False, precision)[0]
 
 
 def woodbury_factor(
@@ -537,6 +663,7 @@ def woodbury_factor(
     fast: bool = False,
     chunk_size: int | None = None,
     mesh: Mesh | None = None,
+    precision: str = "float64",
 ) -> linalg.Woodbury:
     """The Woodbury factorisation of C = Q_ff + diag(d) for data y: the one factor of the SoR family.
 
@@ -553,7 +680,7 @@ def woodbury_factor(
     they take a second sweep over the data (one kernel evaluation and two matrix-vector products per
     chunk); the reverse pass stays one sweep.
     """
-    stats, residual_sq = _data_sums(kernel, Z, X, y, d, Luu, mask, fast, chunk_size, mesh, residuals=True)
+    stats, residual_sq = _data_sums(kernel, Z, X, y, d, Luu, mask, fast, chunk_size, mesh, True, precision)
     n = X.shape[0] if mask is None else jnp.sum(mask)
     return linalg.woodbury(Luu, stats, n=n).with_residuals(residual_sq)
 
@@ -570,6 +697,7 @@ def sor_factor(
     fast: bool = False,
     chunk_size: int | None = None,
     mesh: Mesh | None = None,
+    precision: str = "float64",
 ) -> linalg.Woodbury:
     """The Woodbury factorisation of SoR's Q_ff + σ²I for y (:func:`woodbury_factor` with d = σ²).
 
@@ -579,7 +707,17 @@ def sor_factor(
     """
     Luu = linalg.cholesky(kernel(Z, Z), jitter)
     return woodbury_factor(
-        kernel, Z, X, y, noise**2, Luu, mask=mask, fast=fast, chunk_size=chunk_size, mesh=mesh
+        kernel,
+        Z,
+        X,
+        y,
+        noise**2,
+        Luu,
+        mask=mask,
+        fast=fast,
+        chunk_size=chunk_size,
+        mesh=mesh,
+        precision=precision,
     )
 
 

@@ -121,6 +121,7 @@ def training_factor(
     fast: bool = False,
     chunk_size: int | None = None,
     mesh: Any = None,
+    precision: str = "float64",
 ) -> tuple[linalg.Woodbury, jax.Array]:
     """The Woodbury factorisation of the approximation's training prior C = Q_ff + diag(d) for y.
 
@@ -132,12 +133,13 @@ def training_factor(
     Args:
         approx: one of :data:`APPROXIMATIONS`. kernel: covariance function. X: (N, D). y: (N,) (centred).
         Z: (M, D). noise: σ. jitter: relative jitter on K_uu (``None``: the policy).
-        fast, chunk_size, mesh: the streamed pass's settings (:func:`bayes_rbfn.gp.parallel.woodbury_stats`).
+        fast, chunk_size, mesh, precision: the streamed pass's settings
+            (:func:`bayes_rbfn.gp.parallel.woodbury_stats`). FITC's diagonal (its own pass) stays float64.
 
     Returns:
         (factor, d): the :class:`~bayes_rbfn.gp.linalg.Woodbury` and the diagonal d (scalar σ² or (N,) Λ).
     """
-    settings = {"fast": fast, "chunk_size": chunk_size, "mesh": mesh}
+    settings = {"fast": fast, "chunk_size": chunk_size, "mesh": mesh, "precision": precision}
     if approx != "fitc":
         return parallel.sor_factor(kernel, X, y, Z, noise, jitter, **settings), noise**2
     Luu = linalg.cholesky(kernel(Z, Z), jitter)

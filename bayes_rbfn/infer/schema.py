@@ -70,6 +70,7 @@ def rebuild(idata: Any) -> tuple[ModelSpec, ModelConfig, dict, dict]:
         jitter=jitter,
         likelihood=get_likelihood(str(attrs.get("bayes_rbfn_likelihood", "gaussian"))),
         mean=mean,
+        precision=str(attrs.get("bayes_rbfn_precision", "float64")),
     )
     cd = idata.constant_data
     pcd = idata.predictions_constant_data if "predictions_constant_data" in idata.groups() else cd
