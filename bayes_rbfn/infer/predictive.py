@@ -13,8 +13,8 @@ batch × M) for 100k test points.
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Mapping, Sequence
+from collections import OrderedDict, deque
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,7 @@ __all__ = [
     "noise_draws",
     "per_draw_moments",
     "predict",
+    "predictor_key",
     "sample_predictive",
 ]
 
@@ -93,6 +94,7 @@ def per_draw_moments(
     draw_batch: int | None = None,
     data: Any = None,
     devices: Sequence[Any] | None = None,
+    key: Hashable | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Evaluate ``predict_fn(draw_params, X_batch, *extra_batch) → (mean, var)`` for every draw.
 
@@ -109,6 +111,8 @@ def per_draw_moments(
         devices: spread the draw batches round-robin over these devices (data and test inputs are
             copied to each once; the draws are independent, so nothing is communicated). ``None``: the
             default device. See :func:`draw_devices`.
+        key: what defines ``predict_fn``, by value (:func:`predictor_key`): with a key, the compiled
+            program is kept and a later call with an equal key reuses it (see :func:`compiled_predict`).
 
     Returns:
         (f_mean, f_var), each (chains, draws, S) as NumPy arrays.
@@ -119,7 +123,7 @@ def per_draw_moments(
     flat = jax.tree_util.tree_map(lambda a: np.asarray(a).reshape(chains * draws, *np.shape(a)[2:]), params)
     total = chains * draws
     draw_batch = total if draw_batch is None else max(1, min(draw_batch, total))
-    fn = compiled_predict(predict_fn, data is not None)
+    fn = compiled_predict(predict_fn, data is not None, key=key)
     S = X_test.shape[0]
     batch_size = S if batch_size is None else max(1, min(int(batch_size), S))
     means = np.empty((total, S))
@@ -218,6 +222,7 @@ def model_moments(
             draw_batch=draw_batch,
             data=data,
             devices=draw_devices(config),
+            key=predictor_key(spec, config),
         )
 
 
@@ -230,15 +235,71 @@ def _pad_rows(a: Any, n: int) -> Any:
     return xp.concatenate([a, xp.repeat(a[-1:], n - k, axis=0)])
 
 
-def compiled_predict(predict_fn: Any, with_data: bool = False) -> Any:
-    """Jitted, draw-vmapped ``predict_fn``; test inputs, data and extras are shared by all draws."""
+#: Compiled per-draw predictives, by the value of what defines them (:func:`predictor_key`), most recently
+#: used last. JAX caches a compiled program by the identity of the Python function, and every call of
+#: :func:`model_moments` makes a new one (a closure over the model and its settings, which :func:`predict`
+#: rebuilds from the file): without this, each ``predict`` traced and compiled the predictive anew.
+_COMPILED: OrderedDict[Hashable, Any] = OrderedDict()
+
+#: How many compiled predictives :data:`_COMPILED` keeps.
+COMPILED_KEPT = 16
+
+
+def predictor_key(spec: Any, config: Any) -> Hashable | None:
+    """What defines a model's per-draw predictive, by value: the model and every setting its ``predict``
+    reads (kernel family, pinned values, jitter, likelihood, prior mean, the pass's chunking, mesh and
+    precision);
+    the priors are not among them. None when a part cannot be hashed (nothing is then cached)."""
+    fixed = tuple(
+        sorted(
+            (name, np.asarray(v).dtype.str, np.shape(v), np.asarray(v).tobytes())
+            for name, v in config.fixed.items()
+        )
+    )
+    key = (
+        spec,
+        config.family,
+        fixed,
+        config.hyperprior,
+        config.jitter,
+        config.fast,
+        config.chunk_size,
+        config.mesh,
+        config.precision,
+        config.likelihood,
+        config.mean,
+    )
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def compiled_predict(predict_fn: Any, with_data: bool = False, key: Hashable | None = None) -> Any:
+    """Jitted, draw-vmapped ``predict_fn``; test inputs, data and extras are shared by all draws.
+
+    With a ``key`` (:func:`predictor_key`) the program is kept (the last :data:`COMPILED_KEPT`) and
+    returned again for an equal key, so that a second ``predict`` of the same model and shapes runs
+    without tracing or compiling.
+    """
+    if key is not None:
+        key = (key, with_data)
+        if key in _COMPILED:
+            _COMPILED.move_to_end(key)
+            return _COMPILED[key]
 
     def over_draws(p, Xb, data, *eb):
         if with_data:
             return jax.vmap(lambda q: predict_fn(q, Xb, *eb, data=data))(p)
         return jax.vmap(lambda q: predict_fn(q, Xb, *eb))(p)
 
-    return jax.jit(over_draws)
+    compiled = jax.jit(over_draws)
+    if key is not None:
+        _COMPILED[key] = compiled
+        while len(_COMPILED) > COMPILED_KEPT:
+            _COMPILED.popitem(last=False)
+    return compiled
 
 
 def mixture_moments(

@@ -361,6 +361,32 @@ def test_predict_from_file_equals_stored_predictions(full_fits, tmp_path):
     np.testing.assert_allclose(pred.var_y, (v + noise2).mean(0) + m.var(0), rtol=1e-12)
 
 
+def test_predict_again_compiles_nothing(full_fits, tmp_path):
+    """A second predict() of the same model and shapes, in memory or from the file (a model rebuilt anew),
+    reuses the compiled predictive: JAX reports no backend compilation and no trace (issue 20)."""
+    _, _, sor, _ = full_fits
+    path = tmp_path / "inference.nc"
+    sor.to_netcdf(str(path))
+    loaded = az.from_netcdf(str(path))
+    X_new = X_TEST[::-1] + 0.01
+    first = br.predict(sor, X_new)
+    events = []
+
+    def listen(event, seconds, **kwargs):
+        if event.startswith("/jax/core/compile/"):
+            events.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        again = br.predict(sor, X_new)
+        from_file = br.predict(loaded, X_new)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert events == []
+    np.testing.assert_array_equal(again.f_mean, first.f_mean)
+    np.testing.assert_allclose(from_file.f_var, first.f_var, rtol=1e-12)
+
+
 # --------------------------------------------------------------------------------------------------
 # Exact GP reference model
 
