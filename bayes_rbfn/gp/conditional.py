@@ -154,12 +154,11 @@ def exact_predict(
 def exact_loo(kernel: Kernel, X: jax.Array, y: jax.Array, noise: jax.Array) -> jax.Array:
     """LOO conditional log densities of the exact GP, shape (N,), in O(N³).
 
-    diag(C⁻¹) is itself the quantity wanted, so the triangular factor is inverted here (an O(N³)
-    triangular solve against I); this is the exact reference model, not a sparse path.
+    diag(C⁻¹) is itself the quantity wanted, so the triangular factor is inverted
+    (:func:`bayes_rbfn.gp.linalg.loo_from_chol`: an O(N³) triangular solve against I); this is the exact
+    reference model, not a sparse path.
     """
-    L = exact_factor(kernel, X, noise)
-    Linv = linalg.solve_lower(L, jnp.eye(L.shape[0], dtype=L.dtype))
-    return linalg.loo_from_precision(jnp.sum(Linv * Linv, axis=0), Linv.T @ (Linv @ y))
+    return linalg.loo_from_chol(exact_factor(kernel, X, noise), y)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -936,6 +936,7 @@ def sor_loo(
     mask: jax.Array | None = None,
     chunk_size: int | None = None,
     mesh: Mesh | None = None,
+    exact: bool | None = None,
 ) -> jax.Array:
     """LOO conditionals log p(y_i | y_−i) for y ~ N(0, C), C = Q_ff + diag(d), shape (N,), in O(NM²) ([4]).
 
@@ -983,6 +984,12 @@ def sor_loo(
         kernel, Z, X, y, d, mask: as given to :func:`woodbury_factor`. Padded points (``mask`` False)
             get the value 0.
         chunk_size, mesh: as :func:`woodbury_stats`.
+        exact: whether flagged points take the leave-block-out pass. ``None`` (default): yes when called
+            eagerly (the decision is then a concrete value, and the pass is compiled only when a point
+            needs it); under ``jit`` (a traced decision) only with ``exact=True``, as a ``lax.cond``
+            compiles both branches and the pass's compile (2–5 s) would come with every compiled LOO,
+            e.g. every fit's per-draw log-likelihood, whose interpolated points then keep their Woodbury
+            values. ``False``: never.
     """
     C = chunk_size or chunk_size_for(Z.shape[0], factor.Luu.dtype)
     R = factor.weight_cov_factor()
@@ -1012,14 +1019,19 @@ def sor_loo(
     if mask is not None:
         flag = flag & mask
 
-    def exact():
+    def second_pass():
         # Without a reverse pass (pivoted QR has none in JAX): the LOO values are evaluated, not optimised.
         args = lax.stop_gradient(
             (kernel, Z, linalg.solve_lower(factor.Luu, _identity_like(factor.Luu)), X, y, w)
         )
         return jnp.where(flag, _leave_block_out_loo(*args, flag, C, mesh), loo)
 
-    loo = lax.cond(_any_over_batch(flag), exact, lambda: loo)
+    any_flagged = _any_over_batch(flag)
+    if isinstance(any_flagged, jax.core.Tracer):
+        if exact:
+            loo = lax.cond(any_flagged, second_pass, lambda: loo)
+    elif exact is not False and bool(any_flagged):
+        loo = second_pass()
     return loo if mask is None else jnp.where(mask, loo, 0.0)
 
 

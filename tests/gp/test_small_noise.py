@@ -277,13 +277,15 @@ def test_sor_loo_at_small_noise(name, kind, noise):
     np.testing.assert_allclose(loo, expected, rtol=RTOL_LOO, atol=RTOL_LOO)
 
 
-def _library_loo(kind, noise, X, y, Z, chunk_size=None, mask=None, dtype=np.float64):
+def _library_loo(kind, noise, X, y, Z, chunk_size=None, mask=None, dtype=np.float64, exact=None):
     """The library's SoR LOO conditionals (its factor, then parallel.sor_loo), in ``dtype``."""
     kernel = KERNELS[kind](lengthscale=dtype(THETA[0]), variance=dtype(THETA[1]))
     Xj, yj, Zj = (jnp.asarray(a, dtype=dtype) for a in (X, y, Z))
     noise = jnp.asarray(noise, dtype=dtype)
     factor = parallel.sor_factor(kernel, Xj, yj, Zj, noise, mask=mask, chunk_size=chunk_size)
-    return parallel.sor_loo(factor, kernel, Zj, Xj, yj, noise**2, mask=mask, chunk_size=chunk_size)
+    return parallel.sor_loo(
+        factor, kernel, Zj, Xj, yj, noise**2, mask=mask, chunk_size=chunk_size, exact=exact
+    )
 
 
 def _assert_loo(loo, expected, free, rtol=RTOL_LOO_INTERPOLATED):
@@ -366,11 +368,14 @@ def test_sor_loo_float32_interpolated(noise):
 
 
 def test_sor_loo_vmapped_over_draws():
-    """Under vmap (one value per posterior draw, as the models' log_likelihood is evaluated), nested too:
-    draws whose points are interpolated get the leave-block-out values, the others their Woodbury ones."""
+    """Under jit and vmap (one value per posterior draw, as the models' log_likelihood is evaluated), nested
+    too, with ``exact=True``: draws whose points are interpolated get the leave-block-out values, the
+    others their Woodbury ones."""
     X, y, Z = problem("z-equals-x", "se", *THETA, 1e-8)
     noises = np.array([[1e-2, 1e-8], [1e-6, 1e-1]])
-    loo = jax.jit(jax.vmap(jax.vmap(lambda s: _library_loo("se", s, X, y, Z))))(jnp.asarray(noises))
+    loo = jax.jit(jax.vmap(jax.vmap(lambda s: _library_loo("se", s, X, y, Z, exact=True))))(
+        jnp.asarray(noises)
+    )
     for i, j in np.ndindex(noises.shape):
         expected, free = loo_reference("se", *THETA, noises[i, j], X, y, Z)
         _assert_loo(loo[i, j], expected, free)
