@@ -95,7 +95,8 @@ def pytest_collection_modifyitems(config, items):
 #: processes compile tens of thousands of programs (the eager calls of the hypothesis tests compile every
 #: primitive anew for every shape), and crossing the limit killed a worker inside XLA's compiler
 #: (segmentation fault in ``backend_compile_and_load``; 24 Nov 2026, at 36,000 maps in the other worker).
-#: The caches are cleared after every test file, and sooner when the count passes this share of the limit.
+#: The caches are cleared after any test that leaves the count above this share of the limit (not after
+#: every file: programs compiled in one file, e.g. the eager primitives of common shapes, serve the next).
 MAP_COUNT_SHARE = 0.5
 
 
@@ -120,12 +121,6 @@ def _map_count() -> int:
 def _release_compiled_programs() -> None:
     jax.clear_caches()
     gc.collect()
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _clear_caches_after_each_file():
-    yield
-    _release_compiled_programs()
 
 
 @pytest.fixture(autouse=True)
