@@ -257,6 +257,12 @@ def _round_up(n: int, k: int) -> int:
     return -(-n // k) * k
 
 
+def _block_count(mesh: Mesh | None) -> tuple[int, int]:
+    """(devices, blocks): SUM_BLOCKS, rounded up to a multiple of the mesh's device count."""
+    n_dev = 1 if mesh is None else mesh.shape[DATA_AXIS]
+    return n_dev, SUM_BLOCKS if SUM_BLOCKS % n_dev == 0 else _round_up(SUM_BLOCKS, n_dev)
+
+
 def _layout(N: int, C: int, n_blocks: int) -> tuple[int, int, int]:
     """(chunk length, chunks per block, padded N) for N points in ``n_blocks`` blocks of chunks ≤ C long.
 
@@ -301,8 +307,7 @@ def _summed_over_data(fn: Callable, mesh: Mesh | None, N: int, C: int) -> Callab
     n_blocks / devices whole blocks; the block sums are placed at their block index in a zero array and
     ``psum``-reduced (x + 0 = x exactly), then folded in block order like the single-device sums.
     """
-    n_dev = 1 if mesh is None else mesh.shape[DATA_AXIS]
-    n_blocks = SUM_BLOCKS if SUM_BLOCKS % n_dev == 0 else _round_up(SUM_BLOCKS, n_dev)
+    n_dev, n_blocks = _block_count(mesh)
     C_eff, per_block, N_pad = _layout(N, C, n_blocks)
 
     def pad(a, value=0.0):
@@ -892,8 +897,7 @@ def _leave_block_out_loo(
     over the leaves of a chunk then give, for every leaf, R_out by O(M³) rotations, with no N×M array.
     Chunks without a flagged point are skipped (zeros there).
     """
-    n_dev = 1 if mesh is None else mesh.shape[DATA_AXIS]
-    n_blocks = SUM_BLOCKS if SUM_BLOCKS % n_dev == 0 else _round_up(SUM_BLOCKS, n_dev)
+    n_dev, n_blocks = _block_count(mesh)
     N = X.shape[0]
     C_eff, per_block, N_pad = _layout(N, C, n_blocks)
 
