@@ -210,7 +210,7 @@ def log_likelihood(params: dict, data: dict, config: ModelConfig) -> jax.Array:
     alpha, beta = params["alpha"], params["beta"]
     Luu = jnp.sqrt(alpha) * jnp.eye(Z.shape[0], dtype=X.dtype)
     factor = parallel.woodbury_factor(kernel, Z, X, t, 1.0 / beta, Luu)
-    return parallel.sor_loo(factor, kernel, Z, X, t, 1.0 / beta)
+    return parallel.sor_loo(factor, kernel, Z, X, t, 1.0 / beta, exact=config.loo_exact)
 
 
 SPEC = ModelSpec(

@@ -248,14 +248,16 @@ class SparseGP(_GaussianProcessMarginal):
         moments = self.moments(y, X_test, full_cov=full_cov)
         return _predictive(self._mean_for_condition(X_test, mean_test), moments, full_cov)
 
-    def loo_log_prob(self, y: Any) -> jax.Array:
+    def loo_log_prob(self, y: Any, *, exact: bool | str | None = None) -> jax.Array:
         """The N leave-one-out conditionals log p(y_i | y_−i), shape (N,), in O(NM²) ([3]).
 
         Under the marginal N(m, Q_ff + D) (VFE: DTC's, the density its bound is proportional to in y).
+        ``exact``: how points the model interpolates (leverage near 1) are evaluated, as
+        :func:`bayes_rbfn.gp.parallel.sor_loo`'s argument.
         """
         r = jnp.asarray(y, self.X.dtype) - self.loc
         factor, d = self._factor(r)
-        return parallel.sor_loo(factor, self.kernel, self.Z, self.X, r, d, **self._settings())
+        return parallel.sor_loo(factor, self.kernel, self.Z, self.X, r, d, exact=exact, **self._settings())
 
 
 @jax.jit
@@ -294,8 +296,9 @@ class ExactGP(_GaussianProcessMarginal):
         moments = conditional.exact_predict(self.kernel, self.X, r, self.noise, X_test, full_cov=full_cov)
         return _predictive(self._mean_for_condition(X_test, mean_test), moments, full_cov)
 
-    def loo_log_prob(self, y: Any) -> jax.Array:
-        """The N leave-one-out conditionals log p(y_i | y_−i), shape (N,) (O(N³))."""
+    def loo_log_prob(self, y: Any, *, exact: bool | str | None = None) -> jax.Array:
+        """The N leave-one-out conditionals log p(y_i | y_−i), shape (N,) (O(N³)); from the dense Cholesky
+        at every point, so ``exact`` (:meth:`SparseGP.loo_log_prob`'s) changes nothing."""
         r = jnp.asarray(y, self.X.dtype) - self.loc
         return conditional.exact_loo(self.kernel, self.X, r, self.noise)
 
@@ -332,7 +335,7 @@ def loo_log_likelihood(
     names = list(post.data_vars)
     flat = {n: np.asarray(post[n].values).reshape(chains * draws, *post[n].shape[2:]) for n in names}
 
-    def one(values):
+    def one(values, exact):
         trace = handlers.trace(handlers.substitute(model, data=values)).get_trace(*args, **kwargs)
         if site not in trace:
             raise ValueError(f"site: the model has no site {site!r}")
@@ -344,13 +347,25 @@ def loo_log_likelihood(
             )
         if not node["is_observed"]:
             raise ValueError(f"site: {site!r} is not observed")
-        return node["fn"].loo_log_prob(node["value"])
+        return node["fn"].loo_log_prob(node["value"], exact=exact)
 
-    batched = jax.jit(jax.vmap(one))
-    out = []
-    for start in range(0, chains * draws, batch_size):
-        out.append(np.asarray(batched({n: v[start : start + batch_size] for n, v in flat.items()})))
-    values = np.concatenate(out).reshape(chains, draws, -1)
+    def evaluate(values, exact):
+        batched = jax.jit(jax.vmap(lambda v: one(v, exact)))
+        total = len(next(iter(values.values())))
+        return np.concatenate(
+            [
+                np.asarray(batched({n: v[s : s + batch_size] for n, v in values.items()}))
+                for s in range(0, total, batch_size)
+            ]
+        )
+
+    # Points the model interpolates get NaN in the first pass; only draws with one are evaluated again, with
+    # the leave-block-out pass compiled (as bayes_rbfn.infer.fitting.pointwise_loo).
+    values = evaluate(flat, "defer")
+    again = np.isnan(values).any(axis=-1)
+    if again.any():
+        values[again] = evaluate({n: v[again] for n, v in flat.items()}, True)
+    values = values.reshape(chains, draws, -1)
     dim = f"{site}_dim_0"
     array = xr.DataArray(
         values,

@@ -202,7 +202,7 @@ def log_likelihood(params: dict, data: dict, config: ModelConfig):
     """Per-group SoR LOO conditionals in the padded layout (G·N_max,); the driver reorders them."""
 
     def loo(factor, kernel, X_g, r, Z_g, noise, mask_g):
-        return parallel.sor_loo(factor, kernel, Z_g, X_g, r, noise**2, mask=mask_g)
+        return parallel.sor_loo(factor, kernel, Z_g, X_g, r, noise**2, mask=mask_g, exact=config.loo_exact)
 
     return _per_group(params, data, config, loo).reshape(-1)
 

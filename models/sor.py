@@ -75,7 +75,7 @@ def predict(params: dict, data: dict, config: ModelConfig, X_test, approx: str =
 
 def log_likelihood(params: dict, data: dict, config: ModelConfig, approx: str = "sor"):
     """LOO conditionals log p(y_i | y_−i, θ) under the SoR marginal (or ``approx``'s), O(NM²)."""
-    return marginal(params, data, config, approx).loo_log_prob(data["y"])
+    return marginal(params, data, config, approx).loo_log_prob(data["y"], exact=config.loo_exact)
 
 
 SPEC = ModelSpec(

@@ -41,6 +41,9 @@ class ModelConfig:
     chunk_size: int | None = None
     mesh: Any = None
     precision: str = "float64"
+    #: How the LOO conditionals treat points the model interpolates (``exact`` of
+    #: :func:`bayes_rbfn.gp.parallel.sor_loo`); :func:`bayes_rbfn.infer.fitting.pointwise_loo` sets it.
+    loo_exact: bool | str | None = None
     #: The observation model (:mod:`bayes_rbfn.models.likelihoods`); only ``rbfn`` takes a non-Gaussian one.
     likelihood: Likelihood = LIKELIHOODS["gaussian"]
     #: The prior mean of f: ``"constant"`` (the number ``data["y_offset"]``), ``"linear"`` (sampled

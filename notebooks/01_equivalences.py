@@ -56,6 +56,16 @@ OUT = Path(os.environ.get("NOTEBOOK_OUTPUT_DIR") or tempfile.mkdtemp(prefix="bay
 OUT.mkdir(parents=True, exist_ok=True)
 START = time.perf_counter()
 
+
+# The test suite runs every notebook with NOTEBOOK_SMOKE_TEST=1: the same code, with at most 100 NUTS
+# warm-up and 100 kept iterations per chain (a smoke test, not a result).
+SMOKE_TEST = bool(os.environ.get("NOTEBOOK_SMOKE_TEST"))
+
+
+def iterations(n: int) -> int:
+    return min(n, 100) if SMOKE_TEST else n
+
+
 # %% [markdown]
 # ## Data and fixed hyperparameters
 #
@@ -157,8 +167,8 @@ idata = br.fit(
     mean=c,
     X_pred=X_test,
     chains=2,
-    warmup=300,
-    draws=300,
+    warmup=iterations(300),
+    draws=iterations(300),
     seed=1,
     dense_mass=True,  # the weight posterior is a correlated Gaussian: adapt a dense mass matrix
     progress=False,

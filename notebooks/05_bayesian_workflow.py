@@ -45,6 +45,16 @@ OUT = Path(os.environ.get("NOTEBOOK_OUTPUT_DIR") or tempfile.mkdtemp(prefix="bay
 OUT.mkdir(parents=True, exist_ok=True)
 START = time.perf_counter()
 
+
+# The test suite runs every notebook with NOTEBOOK_SMOKE_TEST=1: the same code, with at most 100 NUTS
+# warm-up and 100 kept iterations per chain (a smoke test, not a result).
+SMOKE_TEST = bool(os.environ.get("NOTEBOOK_SMOKE_TEST"))
+
+
+def iterations(n: int) -> int:
+    return min(n, 100) if SMOKE_TEST else n
+
+
 # %% [markdown]
 # ## NUTS on the SoR model (Snelson)
 #
@@ -61,8 +71,8 @@ idata = br.fit(
     y,
     num_inducing=15,
     chains=2,
-    warmup=300,
-    draws=300,
+    warmup=iterations(300),
+    draws=iterations(300),
     X_pred=X_test,
     seed=0,
     progress=False,
@@ -177,8 +187,8 @@ idata_g = br.fit(
     group=group,
     num_inducing=10,
     chains=2,
-    warmup=500,
-    draws=400,
+    warmup=iterations(500),
+    draws=iterations(400),
     target_accept=0.95,
     dense_mass=True,
     seed=0,

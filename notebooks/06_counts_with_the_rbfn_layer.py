@@ -52,6 +52,16 @@ OUT = Path(os.environ.get("NOTEBOOK_OUTPUT_DIR") or tempfile.mkdtemp(prefix="bay
 OUT.mkdir(parents=True, exist_ok=True)
 START = time.perf_counter()
 
+
+# The test suite runs every notebook with NOTEBOOK_SMOKE_TEST=1: the same code, with at most 100 NUTS
+# warm-up and 100 kept iterations per chain (a smoke test, not a result).
+SMOKE_TEST = bool(os.environ.get("NOTEBOOK_SMOKE_TEST"))
+
+
+def iterations(n: int) -> int:
+    return min(n, 100) if SMOKE_TEST else n
+
+
 coal = load_dataset("coal")
 year, counts = coal.X[:, 0], coal.y
 print(
@@ -79,7 +89,9 @@ def model(t, Z, k=None):
         numpyro.sample("k", dist.Poisson(jnp.exp(log_rate)), obs=k)
 
 
-mcmc = MCMC(NUTS(model), num_warmup=500, num_samples=500, num_chains=2, progress_bar=False)
+mcmc = MCMC(
+    NUTS(model), num_warmup=iterations(500), num_samples=iterations(500), num_chains=2, progress_bar=False
+)
 mcmc.run(jax.random.PRNGKey(0), coal.X, Z, k=counts)
 # the N-sized deterministic latent f is left out of the stored posterior; Predictive recomputes it
 samples = {k: v for k, v in mcmc.get_samples().items() if k != "f"}
@@ -157,8 +169,8 @@ shipped = br.fit(
     Z=Z,
     X_pred=grid,
     chains=2,
-    draws=500,
-    warmup=500,
+    draws=iterations(500),
+    warmup=iterations(500),
     progress=False,
     check_diagnostics=False,
     coords={"input_dim": ["year"]},

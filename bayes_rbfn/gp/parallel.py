@@ -940,7 +940,7 @@ def sor_loo(
     mask: jax.Array | None = None,
     chunk_size: int | None = None,
     mesh: Mesh | None = None,
-    exact: bool | None = None,
+    exact: bool | str | None = None,
 ) -> jax.Array:
     """LOO conditionals log p(y_i | y_−i) for y ~ N(0, C), C = Q_ff + diag(d), shape (N,), in O(NM²) ([4]).
 
@@ -993,8 +993,13 @@ def sor_loo(
             needs it); under ``jit`` (a traced decision) only with ``exact=True``, as a ``lax.cond``
             compiles both branches and the pass's compile (2–5 s) would come with every compiled LOO,
             e.g. every fit's per-draw log-likelihood, whose interpolated points then keep their Woodbury
-            values. ``False``: never.
+            values. ``False``: never. ``"defer"``: as ``None``, but under ``jit`` a flagged point's value
+            is NaN ("not computed here"), so that a caller evaluating many draws compiles and runs the pass
+            only for the draws that need it (:func:`bayes_rbfn.infer.fitting.pointwise_loo`, with
+            ``exact=True`` for those).
     """
+    if exact not in (None, True, False, "defer"):
+        raise ValueError(f"exact: expected None, True, False or 'defer', got {exact!r}")
     C = chunk_size or chunk_size_for(Z.shape[0], factor.Luu.dtype)
     R = factor.weight_cov_factor()
     w, _ = _weights(d, y, mask, R.dtype)
@@ -1032,7 +1037,9 @@ def sor_loo(
 
     any_flagged = _any_over_batch(flag)
     if isinstance(any_flagged, jax.core.Tracer):
-        if exact:
+        if exact == "defer":
+            loo = jnp.where(flag, jnp.nan, loo)
+        elif exact:
             loo = lax.cond(any_flagged, second_pass, lambda: loo)
     elif exact is not False and bool(any_flagged):
         loo = second_pass()

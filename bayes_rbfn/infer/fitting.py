@@ -63,6 +63,7 @@ __all__ = [
     "default_num_inducing",
     "fit",
     "holdout_split",
+    "pointwise_loo",
     "posterior_params",
     "prior_predictive",
     "rebuild",
@@ -177,6 +178,26 @@ def _map_draws(fn: Any, params: Mapping[str, Any], per_draw_elements: int, data:
         out.append(np.asarray(compiled(part, data))[:k])
     result = np.concatenate(out, axis=0)
     return result.reshape(chains, draws, *result.shape[1:])
+
+
+def pointwise_loo(spec: ModelSpec, config: ModelConfig, params: Mapping[str, Any], work: int, data: Any):
+    """The stored log-likelihood: ``spec.log_likelihood`` at every draw, shape (chains, draws, ...).
+
+    For the Gaussian-marginal models these are the LOO conditionals of :func:`bayes_rbfn.gp.parallel.sor_loo`.
+    Their Woodbury form has no digits left at a point the model interpolates (leverage near 1); there the
+    value must come from a leave-block-out pass whose program costs seconds to compile. So every draw is
+    first evaluated with that pass deferred (``loo_exact="defer"``: such points come back NaN), and only
+    the draws with a NaN are evaluated again with it (``loo_exact=True``). A NaN that remains is a real
+    failure, which the caller reports.
+    """
+    deferred = dataclasses.replace(config, loo_exact="defer")
+    values = _map_draws(lambda p, d: spec.log_likelihood(p, d, deferred), params, work, data)
+    again = np.isnan(values).reshape(*values.shape[:2], -1).any(axis=-1)
+    if again.any():
+        exact = dataclasses.replace(config, loo_exact=True)
+        some = {k: np.asarray(v)[again][None] for k, v in params.items()}
+        values[again] = _map_draws(lambda p, d: spec.log_likelihood(p, d, exact), some, work, data)[0]
+    return values
 
 
 @dataclass(frozen=True, eq=False)
@@ -760,7 +781,7 @@ def _to_inference_data(
 
     loglik = None
     if log_likelihood:
-        loglik = _map_draws(lambda p, d: spec.log_likelihood(p, d, config), params, work, data)
+        loglik = pointwise_loo(spec, config, params, work, data)
         if "obs_index" in extras:
             loglik = loglik[..., extras["obs_index"]] if loglik.ndim == 3 else loglik
     extra_pred = tuple(jnp.asarray(extras[k]) for k in ("group_pred",) if k in extras)

@@ -379,3 +379,67 @@ def test_sor_loo_vmapped_over_draws():
     for i, j in np.ndindex(noises.shape):
         expected, free = loo_reference("se", *THETA, noises[i, j], X, y, Z)
         _assert_loo(loo[i, j], expected, free)
+
+
+def test_sor_loo_deferred_under_jit():
+    """``exact="defer"`` under jit: the points below the floor come back NaN (for the caller to evaluate
+    again with ``exact=True``), every other point keeps its value."""
+    X, y, Z = problem("mixed", "se", *THETA, 1e-8)
+    expected, free = loo_reference("se", *THETA, 1e-8, X, y, Z)
+    deferred = np.asarray(jax.jit(lambda s: _library_loo("se", s, X, y, Z, exact="defer"))(1e-8))
+    flagged = free < FLOOR
+    assert flagged.sum() == 3
+    assert np.all(np.isnan(deferred[flagged]))
+    np.testing.assert_allclose(deferred[~flagged], expected[~flagged], rtol=RTOL_LOO, atol=RTOL_LOO)
+    with pytest.raises(ValueError, match="exact"):
+        _library_loo("se", 1e-8, X, y, Z, exact="later")
+
+
+@pytest.fixture(scope="module")
+def interpolating_fit():
+    """``fit("sor")`` of the ``mixed`` problem with ℓ and σ = 1e-8 pinned: three points alone at their
+    inducing inputs in every draw."""
+    import bayes_rbfn as br
+
+    X, y, Z = problem("mixed", "se", *THETA, 1e-8)
+    idata = br.fit(
+        "sor", X, y, Z=Z, fixed={"lengthscale": THETA[0], "noise": 1e-8}, chains=1, warmup=20, draws=3,
+        seed=0, progress=False, check_diagnostics=False,
+    )  # fmt: skip
+    return X, y, Z, idata
+
+
+def _assert_draws_loo(values, variances, X, y, Z):
+    for d, variance in enumerate(variances):
+        expected, free = loo_reference("se", THETA[0], variance, 1e-8, X, y, Z)
+        assert (free < FLOOR).sum() == 3
+        _assert_loo(values[d], expected, free, RTOL_LOO_MIXED)
+
+
+def test_fit_stores_exact_loo_at_interpolated_points(interpolating_fit):
+    """The stored log-likelihood of a fit (jitted, one value per draw) has the interpolated points' values
+    from the leave-block-out pass, evaluated again for the draws that need it
+    (:func:`bayes_rbfn.infer.fitting.pointwise_loo`): to RTOL_LOO_MIXED of 60 digits (Woodbury's: ~1e-4)."""
+    X, y, Z, idata = interpolating_fit
+    offset = float(idata.constant_data["y_offset"].values[0])
+    values = idata.log_likelihood["y"].values[0]
+    _assert_draws_loo(values, idata.posterior["variance"].values[0], X, y - offset, Z)
+
+
+def test_loo_log_likelihood_of_a_users_model_at_interpolated_points(interpolating_fit):
+    """The same for a user's NumPyro model with a SparseGP site (``loo_log_likelihood``, jitted too)."""
+    import numpyro
+    import numpyro.distributions as dist
+
+    from bayes_rbfn.models.distributions import SparseGP, loo_log_likelihood
+
+    X, y, Z, idata = interpolating_fit
+
+    def model(X, y=None):
+        variance = numpyro.sample("variance", dist.LogNormal(0.0, 1.0))
+        kernel = kernels.SquaredExponential(lengthscale=THETA[0], variance=variance)
+        numpyro.sample("y", SparseGP(kernel, X, Z, 1e-8), obs=y)
+
+    users = loo_log_likelihood(idata.copy(), model, X, y, batch_size=2)
+    values = users.log_likelihood["y"].values[0]
+    _assert_draws_loo(values, idata.posterior["variance"].values[0], X, y, Z)

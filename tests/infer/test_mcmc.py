@@ -490,7 +490,7 @@ def grouped_fit():
     X, y, group, true_ls = _simulate_groups()
     Z = np.linspace(0, 10, 25)
     idata = _fit(
-        "grouped", X, y, group=group, Z=Z, chains=2, draws=800, warmup=800, seed=seed(6), target_accept=0.9
+        "grouped", X, y, group=group, Z=Z, chains=2, draws=500, warmup=500, seed=seed(6), target_accept=0.9
     )
     return X, y, group, true_ls, idata
 
