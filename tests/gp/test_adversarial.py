@@ -51,9 +51,9 @@ ENTRY_POINTS = (
 ARG_NAMES = ("X", "y", "Z", "noise", "X_test", "kernel", "lengthscale", "variance", "jitter")
 
 #: Examples per property. Each example calls the nine entry points eagerly on new shapes, so it compiles
-#: them anew (~3.4 s an example on 2 busy cores, 24 Nov 2026): 15 keeps the file near 2.5 minutes of the
-#: suite (30 took 5); a seed offset (BAYES_RBFN_TEST_SEED) draws 15 other examples.
-MAX_EXAMPLES = 15
+#: them anew (~2.7 s an example on 2 busy cores with the suite's persistent cache, 24 Nov 2026): 10 keeps
+#: the file near 1.5 minutes of the suite (30 took 5); a seed offset (BAYES_RBFN_TEST_SEED) draws 10 others.
+MAX_EXAMPLES = 10
 
 #: Examples come from a fixed Hypothesis seed (shifted by BAYES_RBFN_TEST_SEED), never from its database.
 SETTINGS = settings(
