@@ -473,7 +473,9 @@ def fit(
             and ``grouped``, and not rebuildable from a saved file).
         group, group_pred: (N,) and (S,) integer group codes for the grouped model.
         target_accept, dense_mass, max_tree_depth, chain_method: NUTS/MCMC options (chains run in
-            parallel over devices when there are enough, else vectorised).
+            parallel over devices when there are enough, else vectorised). ``dense_mass`` None (default):
+            a dense mass matrix when the model samples at most 10 values (a few hyperparameters), else a
+            diagonal one (:data:`bayes_rbfn.infer.sampler.DENSE_MASS_MAX_PARAMS`).
         jitter: relative jitter on K_uu (default: the policy of :mod:`bayes_rbfn.gp.linalg`).
         precision: ``"float64"`` (default) or ``"mixed"``, for the models whose O(NM²) sums are streamed
             (``sor``, ``dtc``, ``fitc``, ``vfe``, ``asor``): each chunk's kernel block and its products in

@@ -43,6 +43,7 @@ from bayes_rbfn.runtime import single_threaded_blas
 
 __all__ = [
     "CHAIN_METHODS",
+    "DENSE_MASS_MAX_PARAMS",
     "STAT_FIELDS",
     "SamplerSettings",
     "chain_advance",
@@ -50,7 +51,9 @@ __all__ = [
     "laplace_start",
     "nuts_kernel",
     "resolve_chain_method",
+    "resolve_dense_mass",
     "run_chains",
+    "sampled_size",
     "window_estimates_full_rank",
 ]
 
@@ -71,8 +74,10 @@ class SamplerSettings:
     Attributes:
         chains, draws, warmup: chains, kept draws and warm-up (adaptation) iterations per chain.
         seed: PRNG seed; chain c starts from ``jax.random.split(PRNGKey(seed), chains)[c]``.
-        target_accept, dense_mass, max_tree_depth: NUTS's target acceptance probability, dense (or
-            diagonal) mass matrix, and at most 2^depth − 1 leapfrog steps per draw.
+        target_accept, dense_mass, max_tree_depth: NUTS's target acceptance probability, dense (True) or
+            diagonal (False) mass matrix — None: dense when the model samples at most
+            :data:`DENSE_MASS_MAX_PARAMS` unconstrained values, else diagonal — and at most 2^depth − 1
+            leapfrog steps per draw.
         init: ``"median"`` (NumPyro's prior-median start, identity mass matrix) or ``"map"`` (the
             posterior mode and a Laplace mass matrix, :func:`laplace_start`).
         chain_method: one of :data:`CHAIN_METHODS`, or None: parallel when there is a device per chain,
@@ -88,7 +93,7 @@ class SamplerSettings:
     warmup: int = 1000
     seed: int = 0
     target_accept: float = 0.8
-    dense_mass: bool = False
+    dense_mass: bool | None = None
     max_tree_depth: int = 10
     init: str = "median"
     chain_method: str | None = None
@@ -107,6 +112,8 @@ class SamplerSettings:
             raise ValueError(f"seed: expected a whole number in 0 … 2⁶³ − 1, got {self.seed!r}")
         if not (isinstance(self.target_accept, int | float) and 0.0 < self.target_accept < 1.0):
             raise ValueError(f"target_accept: expected a number in (0, 1), got {self.target_accept!r}")
+        if self.dense_mass is not None and not isinstance(self.dense_mass, bool | np.bool_):
+            raise ValueError(f"dense_mass: expected True, False or None, got {self.dense_mass!r}")
         if self.init not in INITS:
             raise ValueError(f"init: expected one of {', '.join(INITS)}, got {self.init!r}")
         if self.chain_method is not None and self.chain_method not in CHAIN_METHODS:
@@ -203,6 +210,39 @@ def window_estimates_full_rank(num_params: int, warmup: int, dense: bool) -> boo
     return smallest is None or smallest > (num_params if dense else 1)
 
 
+#: ``dense_mass=None`` (the default) takes a dense mass matrix when the model samples at most this many
+#: unconstrained values: a few hyperparameters, whose posterior is correlated (lengthscale with variance)
+#: and whose dense estimate the warm-up affords. Measured with ``fit("sor")`` at its defaults otherwise
+#: (one chain of 500 + 500, 3 sampled values; benchmarks/ess_vs_numpyro.py, 24 Nov 2026): ESS per gradient
+#: 1.5–2.1× the diagonal one's, and ESS/s 1.3× at N = 10³ (compile-bound) and 2× at N = 10⁴. Above it
+#: (the rbfn's weights, the grouped model's per-group values) the mass matrix stays diagonal.
+DENSE_MASS_MAX_PARAMS = 10
+
+
+def sampled_size(model: Callable, model_args: tuple) -> int:
+    """How many unconstrained values NUTS samples in ``model``: the sizes of its latent sample sites, from
+    one abstract trace (``jax.eval_shape``: nothing is computed or compiled)."""
+    from numpyro import handlers
+
+    def latent_values() -> dict:
+        trace = handlers.trace(handlers.seed(model, jax.random.PRNGKey(0))).get_trace(*model_args)
+        return {
+            name: site["value"]
+            for name, site in trace.items()
+            if site["type"] == "sample" and not site["is_observed"]
+        }
+
+    return sum(int(np.prod(value.shape)) for value in jax.eval_shape(latent_values).values())
+
+
+def resolve_dense_mass(model: Callable, model_args: tuple, settings: SamplerSettings) -> bool:
+    """The settings' ``dense_mass``, or for None whether the model samples few enough values
+    (:data:`DENSE_MASS_MAX_PARAMS`)."""
+    if settings.dense_mass is not None:
+        return bool(settings.dense_mass)
+    return sampled_size(model, model_args) <= DENSE_MASS_MAX_PARAMS
+
+
 def nuts_kernel(model: Callable, model_args: tuple, settings: SamplerSettings) -> NUTS:
     """NumPyro's NUTS on ``model`` with the settings' step-size target, mass matrix and start.
 
@@ -211,19 +251,20 @@ def nuts_kernel(model: Callable, model_args: tuple, settings: SamplerSettings) -
     search fails).
     """
     init_strategy, inverse_mass_matrix = init_to_median(num_samples=15), None
+    dense_mass = resolve_dense_mass(model, model_args, settings)
     if settings.init == "map":
         try:
             with single_threaded_blas():
                 values, inverse_mass_matrix = laplace_start(model, model_args, settings.seed)
             init_strategy = init_to_value(values=values)
-            if not settings.dense_mass:
+            if not dense_mass:
                 inverse_mass_matrix = jnp.diagonal(inverse_mass_matrix)
         except FloatingPointError as err:
             warnings.warn(f"init='map' fell back to the median start: {err}", RuntimeWarning, stacklevel=3)
     return NUTS(
         model,
         target_accept_prob=settings.target_accept,
-        dense_mass=settings.dense_mass,
+        dense_mass=dense_mass,
         max_tree_depth=settings.max_tree_depth,
         init_strategy=init_strategy,
         inverse_mass_matrix=inverse_mass_matrix,
@@ -232,7 +273,7 @@ def nuts_kernel(model: Callable, model_args: tuple, settings: SamplerSettings) -
         # are taken as they are — where every window has more draws than there are parameters, so that
         # an unshrunk dense estimate cannot be singular.
         regularize_mass_matrix=inverse_mass_matrix is None
-        or not window_estimates_full_rank(inverse_mass_matrix.shape[0], settings.warmup, settings.dense_mass),
+        or not window_estimates_full_rank(inverse_mass_matrix.shape[0], settings.warmup, dense_mass),
     )
 
 

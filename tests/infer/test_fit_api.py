@@ -272,3 +272,29 @@ def test_backtest_scores_are_those_of_the_dense_sor_predictive():
 def test_predict_names_idata_when_given_anything_but_a_fit(not_a_fit):
     with pytest.raises(ValueError, match=r"idata: expected the InferenceData of bayes_rbfn.fit"):
         br.predict(not_a_fit, X)
+
+
+@pytest.mark.parametrize(
+    ("model", "num_inducing", "dense_mass", "size", "dense"),
+    [
+        pytest.param("sor", 8, None, 3, True, id="sor-default-dense"),
+        pytest.param("sor", 8, False, 3, False, id="sor-diagonal-given"),
+        pytest.param("rbfn", 20, None, 23, False, id="rbfn-default-diagonal"),
+        pytest.param("rbfn", 20, True, 23, True, id="rbfn-dense-given"),
+    ],
+)
+def test_default_mass_matrix_is_dense_for_few_sampled_values(model, num_inducing, dense_mass, size, dense):
+    """``dense_mass=None`` (the default): dense for ≤ DENSE_MASS_MAX_PARAMS sampled values (sor: ℓ, s², σ),
+    diagonal above (rbfn: 20 weights besides); a given value is kept."""
+    from bayes_rbfn.infer.fitting import build_model
+    from bayes_rbfn.infer.sampler import DENSE_MASS_MAX_PARAMS, nuts_kernel, sampled_size
+
+    X = np.linspace(0.0, 5.0, 40)[:, None]
+    y = np.sin(X[:, 0])
+    bound = build_model(model, X, y, num_inducing=num_inducing)
+    assert sampled_size(bound.model, bound.args) == size
+    assert (size <= DENSE_MASS_MAX_PARAMS) == (model == "sor")
+    kernel = nuts_kernel(bound.model, bound.args, br.SamplerSettings(dense_mass=dense_mass))
+    assert kernel._dense_mass is dense
+    with pytest.raises(ValueError, match="dense_mass"):
+        br.SamplerSettings(dense_mass="yes")
