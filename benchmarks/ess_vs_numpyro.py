@@ -356,7 +356,9 @@ def notes(args, meta: dict) -> list[str]:
         "gradients are not counted. Min bulk ESS: over every lengthscale component, the variance and the "
         "noise.",
         '- Starts: fit from the prior median (`init="median"`, its default); the reference with NumPyro\'s '
-        "default `init_to_uniform`; both diagonal mass matrix, target acceptance 0.8, tree depth 10.",
+        "default `init_to_uniform`; fit with its default mass matrix (`dense_mass=None`: dense for these "
+        "3–5 sampled values), the reference with NumPyro's (diagonal); both target acceptance 0.8, tree "
+        "depth 10.",
         "- PyMC (where it ran): its K_uu jitter is absolute (1e-6) rather than 1e-8 · s², its own NUTS "
         "initialisation (`jitter+adapt_diag`).",
         f"- Devices: {', '.join(meta['devices'])}; 1-minute load average {meta['load_1min_start']:.2f} at "
