@@ -61,27 +61,27 @@ def rng():
     return np.random.default_rng(20261122)
 
 
-#: Seconds each of the heaviest test files took in a cold run of the suite (24 Nov 2026 evening, 2 cores,
+#: Seconds each of the heaviest test files took in a cold run of the suite (24 Nov 2026 night, 2 cores,
 #: both busy; BAYES_RBFN_TEST_DURATIONS). Files start heaviest first, so that ``-n 2 --dist loadfile``
 #: hands the long ones out early and its two processes finish together (longest-processing-time-first
 #: scheduling); the order within a file is kept. Files not listed follow in their collection order.
 FILE_SECONDS = {
-    "infer/test_mcmc.py": 360,
-    "infer/test_resume.py": 226,
-    "workflows/test_sbc_models.py": 226,
-    "gp/test_parallel.py": 162,
-    "cli/test_cli.py": 156,
-    "workflows/test_sbc.py": 134,
-    "test_notebooks.py": 130,
-    "gp/test_adversarial.py": 121,
-    "gp/test_sparse.py": 73,
-    "gp/test_small_noise.py": 68,
-    "workflows/test_compare.py": 67,
-    "models/test_generative.py": 59,
-    "models/test_sparse_models.py": 53,
-    "cli/test_cli_lock.py": 49,
-    "cli/test_cli_compare.py": 45,
-    "gp/test_identities.py": 44,
+    "infer/test_mcmc.py": 281,
+    "workflows/test_sbc_models.py": 252,
+    "infer/test_resume.py": 202,
+    "test_notebooks.py": 181,
+    "cli/test_cli.py": 157,
+    "gp/test_parallel.py": 155,
+    "workflows/test_sbc.py": 139,
+    "gp/test_adversarial.py": 97,
+    "gp/test_small_noise.py": 93,
+    "workflows/test_compare.py": 73,
+    "models/test_generative.py": 73,
+    "models/test_sparse_models.py": 73,
+    "gp/test_sparse.py": 69,
+    "cli/test_cli_compare.py": 53,
+    "gp/test_identities.py": 52,
+    "cli/test_cli_lock.py": 47,
 }
 
 
