@@ -61,7 +61,7 @@ from bayes_rbfn.gp.kernels import Kernel
 from bayes_rbfn.gp.validation import check_X
 from bayes_rbfn.models.means import mean_vector
 
-__all__ = ["APPROXIMATIONS", "ExactGP", "SparseGP", "loo_log_likelihood"]
+__all__ = ["APPROXIMATIONS", "ExactGP", "SparseGP", "deferred_loo", "loo_log_likelihood"]
 
 #: The sparse approximations :class:`SparseGP` takes.
 APPROXIMATIONS = sparse.APPROXIMATIONS
@@ -303,6 +303,21 @@ class ExactGP(_GaussianProcessMarginal):
         return conditional.exact_loo(self.kernel, self.X, r, self.noise)
 
 
+def deferred_loo(evaluate: Callable[[dict, Any], np.ndarray], draws: dict) -> np.ndarray:
+    """LOO values of many draws with the leave-block-out pass compiled only for the draws that need it.
+
+    ``evaluate(draws, exact)`` → (S, ...) values of the draws ({name: (S, ...)}), ``exact`` passed on to
+    :func:`bayes_rbfn.gp.parallel.sor_loo`. All draws are evaluated with ``exact="defer"`` (points the model
+    interpolates come back NaN), then only the draws with a NaN again with ``exact=True``. A NaN that
+    remains is a real failure.
+    """
+    values = np.array(evaluate(draws, "defer"))
+    again = np.isnan(values).reshape(values.shape[0], -1).any(axis=-1)
+    if again.any():
+        values[again] = evaluate({n: np.asarray(v)[again] for n, v in draws.items()}, True)
+    return values
+
+
 def loo_log_likelihood(
     idata: Any,
     model: Callable,
@@ -359,13 +374,7 @@ def loo_log_likelihood(
             ]
         )
 
-    # Points the model interpolates get NaN in the first pass; only draws with one are evaluated again, with
-    # the leave-block-out pass compiled (as bayes_rbfn.infer.fitting.pointwise_loo).
-    values = evaluate(flat, "defer")
-    again = np.isnan(values).any(axis=-1)
-    if again.any():
-        values[again] = evaluate({n: v[again] for n, v in flat.items()}, True)
-    values = values.reshape(chains, draws, -1)
+    values = deferred_loo(evaluate, flat).reshape(chains, draws, -1)
     dim = f"{site}_dim_0"
     array = xr.DataArray(
         values,

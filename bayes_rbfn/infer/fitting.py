@@ -50,6 +50,7 @@ from bayes_rbfn.infer.predictive import draw_work, model_moments
 from bayes_rbfn.infer.sampler import SamplerSettings, nuts_kernel, run_chains
 from bayes_rbfn.infer.schema import posterior_params, rebuild
 from bayes_rbfn.models import ModelConfig, ModelSpec, get_model, model_specs
+from bayes_rbfn.models.distributions import deferred_loo
 from bayes_rbfn.models.families import data_scales, get_family
 from bayes_rbfn.models.likelihoods import Likelihood, get_likelihood
 from bayes_rbfn.runtime import available_memory, single_threaded_blas
@@ -185,19 +186,20 @@ def pointwise_loo(spec: ModelSpec, config: ModelConfig, params: Mapping[str, Any
 
     For the Gaussian-marginal models these are the LOO conditionals of :func:`bayes_rbfn.gp.parallel.sor_loo`.
     Their Woodbury form has no digits left at a point the model interpolates (leverage near 1); there the
-    value must come from a leave-block-out pass whose program costs seconds to compile. So every draw is
-    first evaluated with that pass deferred (``loo_exact="defer"``: such points come back NaN), and only
-    the draws with a NaN are evaluated again with it (``loo_exact=True``). A NaN that remains is a real
-    failure, which the caller reports.
+    value must come from a leave-block-out pass whose program costs seconds to compile. So the draws go
+    through :func:`bayes_rbfn.models.distributions.deferred_loo` (via ``ModelConfig.loo_exact``): all with
+    that pass deferred, then only the draws that need it with the pass.
     """
-    deferred = dataclasses.replace(config, loo_exact="defer")
-    values = _map_draws(lambda p, d: spec.log_likelihood(p, d, deferred), params, work, data)
-    again = np.isnan(values).reshape(*values.shape[:2], -1).any(axis=-1)
-    if again.any():
-        exact = dataclasses.replace(config, loo_exact=True)
-        some = {k: np.asarray(v)[again][None] for k, v in params.items()}
-        values[again] = _map_draws(lambda p, d: spec.log_likelihood(p, d, exact), some, work, data)[0]
-    return values
+    chains, draws = np.shape(next(iter(params.values())))[:2]
+    flat = {k: np.asarray(v).reshape(chains * draws, *np.shape(v)[2:]) for k, v in params.items()}
+
+    def evaluate(some: dict, exact: Any) -> np.ndarray:
+        bound = dataclasses.replace(config, loo_exact=exact)
+        one_chain = {k: v[None] for k, v in some.items()}  # _map_draws takes (chains, draws, ...)
+        return _map_draws(lambda p, d: spec.log_likelihood(p, d, bound), one_chain, work, data)[0]
+
+    values = deferred_loo(evaluate, flat)
+    return values.reshape(chains, draws, *values.shape[1:])
 
 
 @dataclass(frozen=True, eq=False)
