@@ -228,6 +228,7 @@ class SparseGP(_GaussianProcessMarginal):
             X_test,
             full_cov,
             exact_test_prior=self.approx != "sor",
+            precision=self.precision,
             **self._settings(),
         )
 

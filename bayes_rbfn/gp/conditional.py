@@ -175,6 +175,7 @@ def sor_predict(
     exact_test_prior: bool = False,
     chunk_size: int | None = None,
     mesh: Any = None,
+    precision: str = "float64",
 ) -> Gaussian:
     """Latent f* | y under SoR: f* = K_*u α with α | y Gaussian (DESIGN §3.2; eq. (16) of [2]).
 
@@ -196,12 +197,16 @@ def sor_predict(
         X_test: (S, D). full_cov: also return the (S, S) covariance.
         exact_test_prior: K_** instead of Q_** at the test points (DTC, FITC, VFE).
         chunk_size, mesh: the streamed pass's settings (:func:`bayes_rbfn.gp.parallel.woodbury_stats`).
+        precision: ``"mixed"``: SoR's streamed moments (not ``full_cov``) in float32 chunks
+            (:func:`bayes_rbfn.gp.parallel.sor_moments`); the prior variance K_** − Q_** stays float64.
 
     Returns:
         :class:`Gaussian` with ``mean`` (S,), ``var`` (S,) and ``cov`` (S, S) when ``full_cov``.
     """
     if not full_cov:
-        mean, var = parallel.sor_moments(factor, kernel, Z, X_test, chunk_size=chunk_size, mesh=mesh)
+        mean, var = parallel.sor_moments(
+            factor, kernel, Z, X_test, chunk_size=chunk_size, mesh=mesh, precision=precision
+        )
         if exact_test_prior:
             var = var + parallel.nystrom_residual(
                 kernel, Z, factor.Luu, X_test, chunk_size=chunk_size, mesh=mesh

@@ -1079,23 +1079,35 @@ def sor_moments(
     *,
     chunk_size: int | None = None,
     mesh: Mesh | None = None,
+    precision: str = "float64",
 ) -> tuple[jax.Array, jax.Array]:
     """SoR predictive moments of the latent f* (:func:`weight_space_moments`), streamed over test points.
 
     mean = K_*u m, var = ‖R k_u(x*)‖², with m and R = L_B⁻¹ L_uu⁻¹ from ``factor``: memory O(M·C) per
-    draw whatever the number of test points. Returns (mean (S,), var (S,)).
+    draw whatever the number of test points. Returns (mean (S,), var (S,)) in the factor's dtype.
+
+    With ``precision="mixed"`` each chunk's kernel block and its two products are taken in float32 (the
+    inputs shifted by Z's mean first, as in :func:`woodbury_stats`); R and m come from the float64 factor
+    and are rounded once. The rounding of k_u(x*) comes out of R and m amplified: accurate only while
+    K_uu is well conditioned (see the module docstring, *Mixed precision*).
     """
+    precision = check_precision(precision)
     C = chunk_size or chunk_size_for(Z.shape[0], factor.Luu.dtype)
+    dtype = factor.Luu.dtype
+    centre = _centre(kernel, Z, precision)
 
     def local(shared, X, y, w):
         kernel, Z, R, mean = shared
 
+        @_full_float32_products(precision)
         def body(carry, x):
-            return carry, weight_space_moments(R, mean, kernel(Z, x))[:2]
+            x = _low(_shift(x, centre), precision)
+            mean_c, var_c = weight_space_moments(R, mean, kernel(Z, x))[:2]
+            return carry, (mean_c.astype(dtype), var_c.astype(dtype))
 
         return None, _stream(body, None, C, X)[1]
 
-    shared = (kernel, Z, factor.weight_cov_factor(), factor.weight_mean())
+    shared = _low((kernel, _shift(Z, centre), factor.weight_cov_factor(), factor.weight_mean()), precision)
     placeholder = jnp.zeros(X_test.shape[:1], X_test.dtype)
     return _over_data(local, mesh)(shared, X_test, placeholder, None)[1]
 
