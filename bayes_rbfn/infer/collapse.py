@@ -18,6 +18,7 @@ import numpy as np
 from bayes_rbfn.gp import sparse
 from bayes_rbfn.gp.validation import check_X
 from bayes_rbfn.infer.predictive import DEFAULT_BATCH
+from bayes_rbfn.infer.programs import by_program
 from bayes_rbfn.infer.schema import rebuild
 from bayes_rbfn.models import ModelConfig, model_specs
 
@@ -74,16 +75,16 @@ def collapse_check(
     total = int(np.prod(leaves[0].shape[:2]))
     flat = {k: jnp.reshape(jnp.asarray(v), (total, *np.shape(v)[2:])) for k, v in params.items()}
 
-    @jax.jit
-    def mean_lost(p, Xb):
+    def mean_lost(p, Xb, Z):
         def one(q):
             return sparse.prior_variance_lost(config.family.build(q), Z, Xb, config.jitter)
 
         return jnp.mean(jax.lax.map(one, p, batch_size=min(_DRAW_BATCH, total)), axis=0)
 
+    mean_lost = by_program(mean_lost)
     lost = np.concatenate(
         [
-            np.asarray(mean_lost(flat, X_eval[s : s + DEFAULT_BATCH]))
+            np.asarray(mean_lost(flat, X_eval[s : s + DEFAULT_BATCH], Z))
             for s in range(0, X_eval.shape[0], DEFAULT_BATCH)
         ]
     )

@@ -47,6 +47,7 @@ from bayes_rbfn.infer.failures import (
     result_bytes,
 )
 from bayes_rbfn.infer.predictive import draw_work, model_moments
+from bayes_rbfn.infer.programs import by_program
 from bayes_rbfn.infer.sampler import SamplerSettings, nuts_kernel, run_chains
 from bayes_rbfn.infer.schema import posterior_params, rebuild
 from bayes_rbfn.models import ModelConfig, ModelSpec, get_model, model_specs
@@ -167,7 +168,7 @@ def _map_draws(fn: Any, params: Mapping[str, Any], per_draw_elements: int, data:
     total = chains * draws
     flat = jax.tree_util.tree_map(lambda a: a.reshape((total, *a.shape[2:])), params)
     batch = int(max(1, min(total, 5e7 // max(per_draw_elements, 1))))
-    compiled = jax.jit(jax.vmap(fn, in_axes=(0, None)))
+    compiled = by_program(jax.vmap(fn, in_axes=(0, None)))
     out = []
     for s in range(0, total, batch):
         part = jax.tree_util.tree_map(lambda a, s=s: a[s : s + batch], flat)
@@ -680,13 +681,14 @@ def _posterior_predictive(
     thinned = {k: v[:, ::step] for k, v in stored.items()}
     kept = next(iter(thinned.values())).shape[1]
     flat = {k: v.reshape(chains * kept, *v.shape[2:]) for k, v in thinned.items()}
-    predictive = Predictive(bound_model, posterior_samples=flat, return_sites=["y"])
+
+    def replicate(key: jax.Array, draws: dict, data: dict, prior_values: dict) -> jax.Array:
+        predictive = Predictive(bound_model, posterior_samples=draws, return_sites=["y"])
+        return predictive(key, data, prior_values)["y"]
+
     with single_threaded_blas():
-        y_rep = np.asarray(
-            predictive(jax.random.fold_in(jax.random.PRNGKey(seed), 1), {**data, "y": None}, prior_values)[
-                "y"
-            ]
-        )
+        key = jax.random.fold_in(jax.random.PRNGKey(seed), 1)
+        y_rep = np.asarray(by_program(replicate)(key, flat, {**data, "y": None}, prior_values))
     if "obs_index" in extras:  # a padded layout back to the order of the observations
         y_rep = y_rep.reshape(chains * kept, -1)[:, extras["obs_index"]]
     return y_rep.reshape(chains, kept, -1)

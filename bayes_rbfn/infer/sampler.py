@@ -39,6 +39,7 @@ from numpyro.infer import NUTS, init_to_median, init_to_value
 from bayes_rbfn.defaults import INITS
 from bayes_rbfn.gp.validation import check_positive_int
 from bayes_rbfn.infer.checkpoint import DEFAULT_CHUNK_SIZE, Checkpoint
+from bayes_rbfn.infer.programs import by_program
 from bayes_rbfn.runtime import single_threaded_blas
 
 __all__ = [
@@ -359,7 +360,7 @@ def run_chains(
     if chains == 1 or (method == "sequential" and store is None):
         # One chain after the other, each its own unbatched program, initialised eagerly — as NumPyro's
         # MCMC runs a single chain or "sequential" chains (a compiled init rounds differently).
-        one_advance = jax.jit(advance, static_argnums=2)
+        one_advance = by_program(advance, static_argnums=(2,))
 
         def one_init(keys: jax.Array, args: tuple) -> Any:
             return _expand(init(keys[0], args))
@@ -380,7 +381,7 @@ def run_chains(
         batched_init = jax.pmap(init, in_axes=(0, None))
         batched_advance = jax.pmap(advance, in_axes=(0, None, None), static_broadcasted_argnums=2)
     else:
-        advance_all = jax.jit(advance, static_argnums=2)
+        advance_all = by_program(advance, static_argnums=(2,))
 
         def batched_init(keys: jax.Array, args: tuple) -> Any:
             return kernel.init(keys, settings.warmup, None, args, {})
@@ -441,7 +442,7 @@ def _run(init, advance, keys, model_args, settings, store=None, on_chunk=None) -
 
 
 def _postprocess(kernel: Any, model_args: tuple, collected: dict) -> tuple[dict, dict]:
-    postprocess = jax.jit(lambda z, args: jax.vmap(jax.vmap(kernel.postprocess_fn(args, {})))(z))
+    postprocess = by_program(lambda z, args: jax.vmap(jax.vmap(kernel.postprocess_fn(args, {})))(z))
     samples = {k: np.asarray(v) for k, v in postprocess(collected["z"], model_args).items()}
     return samples, {f: np.asarray(collected[f]) for f in STAT_FIELDS}
 

@@ -1,0 +1,137 @@
+"""Compiled programs kept by their lowered text (:mod:`bayes_rbfn.infer.programs`, issue 20 target 1).
+
+What it must do: a new closure that lowers to the same program reuses the compiled executable (no XLA
+compilation, the same numbers), and a different program is never served in its place — different
+constants, static arguments, shapes or output structure each get their own. A refit of the same shapes
+compiles nothing, and its draws equal those of a fit whose programs were compiled afresh.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import bayes_rbfn as br
+from bayes_rbfn.infer import programs
+
+
+@contextlib.contextmanager
+def _compilations():
+    """Yields the list of XLA backend compilations JAX reports inside the block."""
+    events: list[str] = []
+
+    def listen(event, seconds, **kwargs):
+        if event.startswith("/jax/core/compile/backend_compile"):
+            events.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        yield events
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+
+
+def _closure(c):
+    """A new function object on every call: ``x ↦ sin(x)·c + x²``, with c a constant of the program."""
+    c = jnp.asarray(c)
+    return lambda x: jnp.sin(x) * c + x * x
+
+
+X = jnp.linspace(0.0, 1.0, 7)
+
+
+def test_a_new_closure_of_the_same_program_compiles_nothing():
+    programs.clear_programs()
+    first = programs.by_program(_closure(1.5))(X)
+    with _compilations() as events:
+        again = programs.by_program(_closure(1.5))(X)
+    assert events == []
+    np.testing.assert_array_equal(again, first)
+    np.testing.assert_allclose(first, np.sin(np.asarray(X)) * 1.5 + np.asarray(X) ** 2, rtol=1e-15)
+
+
+@pytest.mark.parametrize(
+    ("variant", "expected"),
+    [
+        ("other-constant", lambda x: np.sin(x) * 2.5 + x * x),
+        ("other-shape", lambda x: np.sin(x[:5]) * 1.5 + x[:5] ** 2),
+        ("other-output-structure", lambda x: {"value": np.sin(x) * 1.5 + x * x}),
+    ],
+    ids=["other-constant", "other-shape", "other-output-structure"],
+)
+def test_a_different_program_is_never_served_for_another(variant, expected):
+    programs.clear_programs()
+    programs.by_program(_closure(1.5))(X)
+    if variant == "other-constant":
+        out = programs.by_program(_closure(2.5))(X)
+    elif variant == "other-shape":
+        out = programs.by_program(_closure(1.5))(X[:5])
+    else:
+        f = _closure(1.5)
+        out = programs.by_program(lambda x: {"value": f(x)})(X)
+    want = expected(np.asarray(X))
+    if isinstance(want, dict):
+        assert set(out) == {"value"}
+        out, want = out["value"], want["value"]
+    np.testing.assert_allclose(out, want, rtol=1e-15)
+
+
+def test_static_arguments_are_part_of_the_program():
+    programs.clear_programs()
+
+    def power(x, n):
+        return x**n
+
+    f = programs.by_program(power, static_argnums=(1,))
+    np.testing.assert_allclose(f(X, 2), np.asarray(X) ** 2, rtol=1e-15)
+    np.testing.assert_allclose(f(X, 3), np.asarray(X) ** 3, rtol=1e-15)
+    with _compilations() as events:
+        np.testing.assert_allclose(programs.by_program(power, static_argnums=(1,))(X, 3), np.asarray(X) ** 3)
+    assert events == []
+
+
+def test_only_the_last_programs_are_kept():
+    programs.clear_programs()
+    for k in range(programs.PROGRAMS_KEPT + 3):
+        programs.by_program(_closure(float(k)))(X)
+    assert len(programs._PROGRAMS) == programs.PROGRAMS_KEPT
+
+
+def test_placed_arguments_go_through_plain_jit():
+    """Arguments with a sharding other than the default device's are not looked up (a program's text does
+    not name its devices): the call still computes the right thing."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",))
+    placed = jax.device_put(X, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data")))
+    assert not programs._on_default_device(placed)
+    out = programs.by_program(_closure(1.5))(placed)
+    np.testing.assert_allclose(out, np.sin(X) * 1.5 + X * X, rtol=1e-15)
+
+
+def _small_fit(seed):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(0.0, 5.0, (40, 1))
+    y = np.sin(X[:, 0]) + 0.2 * rng.standard_normal(40)
+    Z = np.linspace(0.0, 5.0, 6)[:, None]
+    return br.fit(
+        "sor", X, y, Z=Z, chains=1, warmup=60, draws=60, seed=seed, progress=False, check_diagnostics=False
+    )
+
+
+def test_a_refit_of_the_same_shapes_compiles_nothing():
+    """fit on new data of the same shapes (and a new seed): no XLA compilation at all (NUTS, its
+    post-processing, the LOO log-likelihood, the replicates, the collapse check); and the draws are those
+    of the same fit with every program compiled afresh."""
+    _small_fit(1)
+    with _compilations() as events:
+        again = _small_fit(2)
+    assert events == []
+    programs.clear_programs()
+    jax.clear_caches()
+    fresh = _small_fit(2)
+    for group in ("posterior", "log_likelihood", "posterior_predictive"):
+        for name, values in getattr(fresh, group).data_vars.items():
+            np.testing.assert_array_equal(getattr(again, group)[name].values, values.values, err_msg=name)
