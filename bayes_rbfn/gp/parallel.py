@@ -298,6 +298,13 @@ def _fold(sums: Any) -> Any:
     return total
 
 
+def _zero_padded(a: jax.Array | None, rows: int) -> jax.Array | None:
+    """``a`` with zero rows appended up to ``rows`` (the block layout of :func:`_layout`); None stays None."""
+    if a is None or a.shape[0] == rows:
+        return a
+    return jnp.concatenate([a, jnp.zeros((rows - a.shape[0], *a.shape[1:]), a.dtype)])
+
+
 def _summed_over_data(fn: Callable, mesh: Mesh | None, N: int, C: int) -> Callable:
     """``run(shared, X, y, w) → (sums, per_point)`` over N points, in the fixed order of SUM_BLOCKS blocks.
 
@@ -310,15 +317,10 @@ def _summed_over_data(fn: Callable, mesh: Mesh | None, N: int, C: int) -> Callab
     n_dev, n_blocks = _block_count(mesh)
     C_eff, per_block, N_pad = _layout(N, C, n_blocks)
 
-    def pad(a, value=0.0):
-        if a is None or N_pad == N:
-            return a
-        return jnp.concatenate([a, jnp.full((N_pad - N, *a.shape[1:]), value, a.dtype)])
-
     def run(shared, X, y, w):
         if N_pad > N and w is None:
             w = jnp.ones(y.shape, y.dtype)
-        X, y, w = pad(X), pad(y), pad(w)
+        X, y, w = (_zero_padded(a, N_pad) for a in (X, y, w))
         if mesh is None:
             sums, per_point = fn(shared, X, y, w, n_blocks, per_block, C_eff)
         else:
@@ -901,10 +903,7 @@ def _leave_block_out_loo(
     N = X.shape[0]
     C_eff, per_block, N_pad = _layout(N, C, n_blocks)
 
-    def pad(a):
-        return a if N_pad == N else jnp.concatenate([a, jnp.zeros((N_pad - N, *a.shape[1:]), a.dtype)])
-
-    arrays = tuple(pad(a) for a in (X, y, w, flag))
+    arrays = tuple(_zero_padded(a, N_pad) for a in (X, y, w, flag))
     shared = (kernel, Z, W)
     if mesh is None:
         out = _leave_block_out_local(

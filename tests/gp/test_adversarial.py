@@ -8,8 +8,9 @@ the function; a NaN/inf never comes back silently.
 Conditioning criterion for the reference comparison (float64 only): every matrix the computation factorises
 has a 2-norm condition number ≤ ``KAPPA_MAX`` = 1e7 — the exact GP's C = K_ff + σ²I; for SoR the jittered
 K_uu, the weight precision K_uu + K_uf K_fu/σ² and the marginal covariance Q_ff + σ²I; for ``nystrom_krr``
-and SoR's LOO (which apply (Q_ff + σ²I)⁻¹ through Woodbury as y/σ² − …) also 1 + λ_max(Q_ff)/σ² (SoR's log
-density no longer: it is taken from residuals). Backward-stable
+and SoR's LOO (whose Woodbury values apply (Q_ff + σ²I)⁻¹ as y/σ² − …) also 1 + λ_max(Q_ff)/σ² (SoR's log
+density no longer: it is taken from residuals; and SoR's LOO at points of leverage near 1 comes from the
+leave-block-out pass, checked against 60-digit references in test_small_noise.py). Backward-stable
 Cholesky solves then lose at most ~κ·ε ≈ 2e-9 relative accuracy, so the comparison uses rtol = 1e-5 with an
 absolute floor of 1e-5 × the natural scale (max|y| for means, s² for variances, N for log densities).
 Outside that region only finiteness-or-documented-error is checked.
