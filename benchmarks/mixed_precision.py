@@ -82,7 +82,7 @@ def _cond_Kuu(Z, lengthscale: float) -> float:
     return float(np.linalg.cond(Kuu))
 
 
-def _errors(f64, mixed, params) -> dict:
+def errors_against_float64(f64, mixed, params) -> dict:
     """Relative errors of mixed against float64: value, gradient in the log-hyperparameters (norm, worst
     component)."""
     import numpy as np
@@ -151,7 +151,9 @@ def main(argv: list[str] | None = None) -> None:
                 "N": N,
                 "layout": f"{D}-D",
                 "cond_Kuu": _cond_Kuu(data["Z"], 1.0),
-                **_errors(grads["float64"](params, data), grads["mixed"](params, data), params),
+                **errors_against_float64(
+                    grads["float64"](params, data), grads["mixed"](params, data), params
+                ),
                 "float64_median_s": t["float64"]["median"],
                 "mixed_median_s": t["mixed"]["median"],
                 "float64_min_s": t["float64"]["min"],
@@ -172,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
                     "layout": f"{D}-D",
                     "lengthscale": ell,
                     "cond_Kuu": _cond_Kuu(data["Z"], ell),
-                    **_errors(grads["float64"](p, data), grads["mixed"](p, data), p),
+                    **errors_against_float64(grads["float64"](p, data), grads["mixed"](p, data), p),
                 }
                 results["sweep"].append(row)
                 print(json.dumps(row), flush=True)

@@ -1227,7 +1227,8 @@ def write_report(results: dict, outdir: Path, scale: str) -> None:
         rows.append(
             (
                 f"Prediction, {r['draws']:,} draws × {r['points']:,} test points, 3-D inputs, M = {r['M']} "
-                f"on a grid (cond(K_uu) {r['cond_Kuu_range'][0]:.1e}–{r['cond_Kuu_range'][1]:.1e} over the draws), "
+                f"on a grid (cond(K_uu) {r['cond_Kuu_range'][0]:.1e}–{r['cond_Kuu_range'][1]:.1e} over "
+                "the draws), "
                 '`precision="mixed"` against float64 (warm, median of 3 interleaved)',
                 f"{r['warm_median_mixed']:.1f} s mixed, {r['warm_median_float64']:.1f} s float64",
                 _met(r["warm_median_mixed"] <= TARGETS["predict_seconds"]) + " (mixed)",

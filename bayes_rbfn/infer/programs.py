@@ -8,9 +8,9 @@ data of the same shapes and the same settings. :func:`by_program` instead lowers
 equal texts are the same computation, whatever closure produced them, so this cache cannot serve a program
 for the wrong model, settings or constants.
 
-The last :data:`PROGRAMS_KEPT` programs are kept. Only arguments on the default device are served from it
-(sharded or explicitly placed arguments go through plain ``jax.jit``: a program's text does not name its
-devices).
+The last :data:`PROGRAMS_KEPT` programs are kept. Only arguments on the default device are served from it:
+sharded or explicitly placed arguments, and calls under ``jax.default_device``, go through plain
+``jax.jit`` (a program's text does not name its devices).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class _ByProgram:
     def __call__(self, *args: Any) -> Any:
         dynamic = tuple(a for i, a in enumerate(args) if i not in self._static)
         leaves, treedef = jax.tree_util.tree_flatten(dynamic)
-        if not all(_on_default_device(leaf) for leaf in leaves):
+        if jax.config.jax_default_device is not None or not all(_on_default_device(x) for x in leaves):
             return self._jitted(*args)
         signature = (
             tuple(args[i] for i in sorted(self._static)),

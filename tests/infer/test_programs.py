@@ -111,6 +111,15 @@ def test_placed_arguments_go_through_plain_jit():
     np.testing.assert_allclose(out, np.sin(X) * 1.5 + X * X, rtol=1e-15)
 
 
+def test_calls_under_another_default_device_go_through_plain_jit():
+    """Under ``jax.default_device`` nothing is looked up or kept (the device is not in the program text)."""
+    programs.clear_programs()
+    with jax.default_device(jax.devices()[0]):
+        out = programs.by_program(_closure(1.5))(X)
+    assert len(programs._PROGRAMS) == 0
+    np.testing.assert_allclose(out, np.sin(X) * 1.5 + X * X, rtol=1e-15)
+
+
 def _small_fit(seed):
     rng = np.random.default_rng(seed)
     X = rng.uniform(0.0, 5.0, (40, 1))
