@@ -57,13 +57,13 @@ OUT.mkdir(parents=True, exist_ok=True)
 START = time.perf_counter()
 
 
-# The test suite runs every notebook with NOTEBOOK_SMOKE_TEST=1: the same code, with at most 100 NUTS
+# The test suite runs every notebook with NOTEBOOK_SMOKE_TEST=1: the same code, with at most 50 NUTS
 # warm-up and 100 kept iterations per chain (a smoke test, not a result).
 SMOKE_TEST = bool(os.environ.get("NOTEBOOK_SMOKE_TEST"))
 
 
 def iterations(n: int) -> int:
-    return min(n, 100) if SMOKE_TEST else n
+    return min(n, 50) if SMOKE_TEST else n
 
 
 # %% [markdown]

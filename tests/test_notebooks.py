@@ -36,7 +36,7 @@ def test_notebook_executes(path, tmp_path, monkeypatch):
     notebook = jupytext.read(path)
     # The kernel process inherits this process's environment.
     monkeypatch.setenv("NOTEBOOK_OUTPUT_DIR", str(tmp_path))
-    # A smoke test: the notebooks' NUTS runs take at most 100 warm-up and 100 kept iterations per chain.
+    # A smoke test: the notebooks' NUTS runs take at most 50 warm-up and 50 kept iterations per chain.
     monkeypatch.setenv("NOTEBOOK_SMOKE_TEST", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     # Share the test process's persistent JAX compilation cache (conftest), if any, so a second run on the
