@@ -58,7 +58,7 @@ START = time.perf_counter()
 
 
 # The test suite runs every notebook with NOTEBOOK_SMOKE_TEST=1: the same code, with at most 50 NUTS
-# warm-up and 100 kept iterations per chain (a smoke test, not a result).
+# warm-up and 50 kept iterations per chain (a smoke test, not a result).
 SMOKE_TEST = bool(os.environ.get("NOTEBOOK_SMOKE_TEST"))
 
 
