@@ -57,21 +57,22 @@ class _ByProgram:
         leaves, treedef = jax.tree_util.tree_flatten(dynamic)
         if jax.config.jax_default_device is not None or not all(_on_default_device(x) for x in leaves):
             return self._jitted(*args)
-        signature = (
-            tuple(args[i] for i in sorted(self._static)),
-            treedef,
-            tuple((np.shape(x), jax.numpy.result_type(x), getattr(x, "weak_type", False)) for x in leaves),
-        )
+        avals = tuple((np.shape(x), jax.numpy.result_type(x), getattr(x, "weak_type", False)) for x in leaves)
+        signature = (tuple(args[i] for i in sorted(self._static)), treedef, avals)
         compiled = self._seen.get(signature)
         if compiled is None:
-            compiled = self._seen[signature] = _compiled(self._jitted.lower(*args))
+            compiled = self._seen[signature] = _compiled(self._jitted.lower(*args), avals)
         return compiled(*dynamic)
 
 
-def _compiled(lowered: Any) -> Any:
-    """The kept executable of ``lowered``'s program, compiling (and keeping) it when there is none."""
+def _compiled(lowered: Any, avals: tuple) -> Any:
+    """The kept executable of ``lowered``'s program, compiling (and keeping) it when there is none.
+
+    The key holds the arguments' shapes and dtypes besides the text: an argument the program does not use
+    is pruned from the text, but the executable still checks its shape when called.
+    """
     text = lowered.as_text(debug_info=False)
-    key = (hashlib.sha256(text.encode()).hexdigest(), str(lowered.in_tree), str(lowered.out_tree))
+    key = (hashlib.sha256(text.encode()).hexdigest(), str(lowered.in_tree), str(lowered.out_tree), avals)
     compiled = _PROGRAMS.get(key)
     if compiled is None:
         compiled = lowered.compile()

@@ -80,6 +80,20 @@ def test_a_different_program_is_never_served_for_another(variant, expected):
     np.testing.assert_allclose(out, want, rtol=1e-15)
 
 
+def test_an_unused_argument_of_another_shape_is_another_program():
+    """An argument the program does not use is pruned from its text, but the executable still checks its
+    shape: a call with that argument in another shape must not be served the first executable (it was, and
+    failed with a TypeError, when fit's post-processing met data of another N)."""
+    programs.clear_programs()
+
+    def ignores_second(x, unused):
+        return jnp.sin(x) * 1.5 + x * x
+
+    programs.by_program(ignores_second)(X, jnp.zeros((25, 1)))
+    out = programs.by_program(ignores_second)(X, jnp.zeros((30, 1)))
+    np.testing.assert_allclose(out, np.sin(X) * 1.5 + X * X, rtol=1e-15)
+
+
 def test_static_arguments_are_part_of_the_program():
     programs.clear_programs()
 
