@@ -137,6 +137,10 @@ def resolve_chain_method(chains: int, requested: str | None) -> str:
     return "sequential" if chains == 1 else "vectorized"
 
 
+#: Searches (each BFGS, rescaled at its start) :func:`laplace_start` makes before it gives up.
+_MODE_SEARCHES = 4
+
+
 def laplace_start(model: Any, model_args: tuple, seed: int = 0, *, maxiter: int = 200) -> tuple[dict, Any]:
     """The posterior mode in NumPyro's unconstrained space and the inverse Hessian there.
 
@@ -147,6 +151,14 @@ def laplace_start(model: Any, model_args: tuple, seed: int = 0, *, maxiter: int 
     found by BFGS on the potential (−log joint density, data as arguments of one compiled program); H by
     central differences of the gradient, column by column (the SoR family's hand-written reverse pass
     has no forward mode), symmetrised and inverted through its Cholesky factor.
+
+    BFGS starts from the identity as its inverse Hessian, so its first step is the gradient itself: at
+    the prior median of a thousand points that is a step of ~10³ in log θ, into a region where the
+    kernel underflows and the likelihood is flat, where the line search gives up (JAX's status 3: at
+    N = 10³ for three of eight starts, which then left NUTS stuck: bulk ESS 1). Each search therefore
+    minimises the potential divided by max(1, ‖∇‖∞) at its start, so that the first step has length ~1,
+    and starts again from where the previous one stopped — rescaled by the gradient there — until a
+    search converges unscaled (at most :data:`_MODE_SEARCHES` searches).
 
     Args:
         model: NumPyro model. model_args: its positional arguments. seed: PRNG seed of the median start
@@ -177,16 +189,25 @@ def laplace_start(model: Any, model_args: tuple, seed: int = 0, *, maxiter: int 
     def potential(u, args):
         return info.potential_fn(*args)(unravel(u))
 
-    @jax.jit
-    def mode(u, args):
-        return jax.scipy.optimize.minimize(
-            potential, u, args=(args,), method="BFGS", options={"maxiter": maxiter}
-        ).x
+    def search(u, args, scale):
+        result = jax.scipy.optimize.minimize(
+            lambda v, a: potential(v, a) / scale, u, args=(args,), method="BFGS", options={"maxiter": maxiter}
+        )
+        return result.x, result.fun * scale, result.success
 
-    gradient = jax.jit(jax.grad(potential))
-    u = mode(u0, model_args)
-    if not bool(jnp.all(jnp.isfinite(u))):
-        raise FloatingPointError("the posterior mode search ended at a non-finite point")
+    mode = by_program(search)
+    gradient = by_program(jax.grad(potential))
+    u = u0
+    for _ in range(_MODE_SEARCHES):
+        scale = jnp.maximum(1.0, jnp.max(jnp.abs(gradient(u, model_args))))
+        u_next, value, converged = mode(u, model_args, scale)
+        if not (bool(jnp.all(jnp.isfinite(u_next))) and bool(jnp.isfinite(value))):
+            raise FloatingPointError("the posterior mode search ended at a non-finite point")
+        u = u_next
+        if bool(converged) and float(scale) == 1.0:
+            break
+    else:
+        raise FloatingPointError(f"the posterior mode search did not converge in {_MODE_SEARCHES} searches")
     step = 1e-4 * jnp.maximum(1.0, jnp.abs(u))
     eye = jnp.eye(u.shape[0], dtype=u.dtype)
     columns = []

@@ -28,14 +28,18 @@ from bayes_rbfn.models.families import FAMILIES
 #: Prior (loc, scale) of log θ; NumPyro orders unconstrained sites by name, so the reference does too.
 PRIORS = {"lengthscale": (0.0, 1.0), "noise": (np.log(0.3), 1.0), "variance": (0.0, 1.0)}
 NAMES = sorted(PRIORS)
-Z = np.linspace(0.3, 4.7, 8)
+Z = np.linspace(0.3, 9.7, 16)
+#: Seeds whose prior-median start is ~10³ gradient units from the mode: there JAX's BFGS, started unscaled,
+#: stopped short with a failed line search (status 3; log variance off by 0.74 at seed 2), which
+#: laplace_start used to take for the mode.
+FAR_STARTS = (2, 7)
 
 
 @pytest.fixture(scope="module")
 def problem():
     rng = np.random.default_rng(7)
-    X = np.sort(rng.uniform(0.0, 5.0, 60))
-    y = np.sin(2.0 * X) + 0.2 * rng.standard_normal(60)
+    X = np.sort(rng.uniform(0.0, 10.0, 200))
+    y = np.sin(2.0 * X) + 0.2 * rng.standard_normal(200)
     return X, y
 
 
@@ -65,8 +69,7 @@ def reference_hessian(f, u, h=1e-3):
     return 0.5 * (H + H.T)
 
 
-@pytest.fixture(scope="module")
-def library_start(problem):
+def _library_start(problem, seed):
     import jax.numpy as jnp
 
     X, y = problem
@@ -78,17 +81,35 @@ def library_start(problem):
         "Z": jnp.asarray(Z[:, None]),
         "y_offset": jnp.asarray(y.mean()),
     }
-    return laplace_start(lambda d: sor.model(d, config), (data,), seed=0)
+    return laplace_start(lambda d: sor.model(d, config), (data,), seed=seed)
 
 
-def test_mode_matches_dense_reference(problem, library_start):
+@pytest.fixture(scope="module")
+def library_start(problem):
+    return _library_start(problem, seed=0)
+
+
+@pytest.fixture(scope="module")
+def reference_mode(problem):
     X, y = problem
-    values, _ = library_start
     f = lambda u: reference_potential(u, X, y)  # noqa: E731
-    ref = scipy.optimize.minimize(f, np.zeros(3), method="BFGS", jac="3-point", options={"gtol": 1e-9})
+    return scipy.optimize.minimize(f, np.zeros(3), method="BFGS", jac="3-point", options={"gtol": 1e-9}).x
+
+
+def test_mode_matches_dense_reference(library_start, reference_mode):
+    values, _ = library_start
     u = np.log([float(values[name]) for name in NAMES])
-    # Posterior sds of log θ are 0.1–0.6 here; the two optimisers agree to ~2e-8 (measured).
-    np.testing.assert_allclose(u, ref.x, atol=1e-6)
+    # Posterior sds of log θ are 0.05–0.55 here. The library's BFGS stops at ‖∇‖∞ ≤ 1e-5, which leaves
+    # the flattest direction (log variance) 2.6e-6 from SciPy's optimum at gtol 1e-9 (measured).
+    np.testing.assert_allclose(u, reference_mode, atol=1e-5)
+
+
+@pytest.mark.parametrize("seed", FAR_STARTS, ids=[f"seed-{s}" for s in FAR_STARTS])
+def test_mode_search_from_a_far_start_reaches_the_mode(problem, reference_mode, seed):
+    values, _ = _library_start(problem, seed)
+    u = np.log([float(values[name]) for name in NAMES])
+    # 6e-9 and 8e-9 apart (measured); the unscaled search used to stop 0.74 and 0.69 away.
+    np.testing.assert_allclose(u, reference_mode, atol=1e-5)
 
 
 def test_laplace_mass_matrix_is_the_inverse_reference_hessian(problem, library_start):
@@ -96,8 +117,12 @@ def test_laplace_mass_matrix_is_the_inverse_reference_hessian(problem, library_s
     values, inverse_mass = library_start
     u = np.log([float(values[name]) for name in NAMES])
     H = reference_hessian(lambda v: reference_potential(v, X, y), u)
-    # Central differences of the gradient vs second differences of the potential: 7e-6 apart (measured).
-    np.testing.assert_allclose(np.asarray(inverse_mass), np.linalg.inv(H), rtol=1e-4, atol=1e-8)
+    reference_cov = np.linalg.inv(H)
+    # Each entry against the scale of its row and column, √(Σ_ii Σ_jj), so that a small covariance (noise
+    # with variance: 3e-3 of that scale here) is not held to a relative tolerance. Central differences of
+    # the gradient vs second differences of the potential (h = 1e-3): 3.1e-5 apart (measured).
+    scale = np.sqrt(np.outer(np.diag(reference_cov), np.diag(reference_cov)))
+    np.testing.assert_array_less(np.abs(np.asarray(inverse_mass) - reference_cov) / scale, 1e-4)
 
 
 @pytest.mark.parametrize(
