@@ -355,7 +355,8 @@ def notes(args, meta: dict) -> list[str]:
         "- Gradients: NUTS leapfrog steps (`num_steps` / `n_steps`) summed over the kept draws; warm-up "
         "gradients are not counted. Min bulk ESS: over every lengthscale component, the variance and the "
         "noise.",
-        '- Starts: fit from the prior median (`init="median"`, its default); the reference with NumPyro\'s '
+        '- Starts: fit from its default (`init="auto"`: the prior median below 10⁴ data points, the '
+        "posterior mode with a Laplace mass matrix from 10⁴ on); the reference with NumPyro's "
         "default `init_to_uniform`; fit with its default mass matrix (`dense_mass=None`: dense for these "
         "3–5 sampled values), the reference with NumPyro's (diagonal); both target acceptance 0.8, tree "
         "depth 10.",

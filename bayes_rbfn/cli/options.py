@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from bayes_rbfn.cli.common import PROG, Console, UserError
-from bayes_rbfn.defaults import INITS
+from bayes_rbfn.defaults import INITS, MAP_START_MIN_POINTS
 from bayes_rbfn.io.datasets import Dataset, list_datasets, load_dataset
 from bayes_rbfn.io.reader import read_xy_csv
 from bayes_rbfn.workflows.planning import (
@@ -246,9 +246,10 @@ def sampler_arguments(parser: argparse.ArgumentParser) -> None:
     sampler.add_argument(
         "--init",
         choices=INITS,
-        default="median",
-        help="how the chains start: 'median' (prior median, identity mass matrix) or 'map' (the posterior "
-        "mode and a Laplace mass matrix: much shorter early warm-up for large data sets; default median)",
+        default="auto",
+        help="how the chains start: 'median' (prior median, identity mass matrix), 'map' (the posterior "
+        "mode and a Laplace mass matrix: much shorter early warm-up for large data sets) or 'auto' "
+        f"(default: map from {MAP_START_MIN_POINTS:,} data points on, else median)",
     )
 
 

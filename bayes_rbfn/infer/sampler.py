@@ -13,7 +13,7 @@ without a checkpoint and whatever the chunk length: every iteration is the same 
 the state the previous one left, and the PRNG key travels inside that state (tests/infer/test_resume.py).
 
 Sampler settings travel as one :class:`SamplerSettings`; :func:`nuts_kernel` turns them into the kernel,
-with the Laplace start of :func:`laplace_start` when ``init="map"``.
+with the Laplace start of :func:`laplace_start` when ``init="map"`` (or ``"auto"`` on a large data set).
 
 References
 ----------
@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro.infer import NUTS, init_to_median, init_to_value
 
-from bayes_rbfn.defaults import INITS
+from bayes_rbfn.defaults import INITS, MAP_START_MIN_POINTS
 from bayes_rbfn.gp.validation import check_positive_int
 from bayes_rbfn.infer.checkpoint import DEFAULT_CHUNK_SIZE, Checkpoint
 from bayes_rbfn.infer.programs import by_program
@@ -53,6 +53,7 @@ __all__ = [
     "nuts_kernel",
     "resolve_chain_method",
     "resolve_dense_mass",
+    "resolve_init",
     "run_chains",
     "sampled_size",
     "window_estimates_full_rank",
@@ -79,8 +80,10 @@ class SamplerSettings:
             diagonal (False) mass matrix — None: dense when the model samples at most
             :data:`DENSE_MASS_MAX_PARAMS` unconstrained values, else diagonal — and at most 2^depth − 1
             leapfrog steps per draw.
-        init: ``"median"`` (NumPyro's prior-median start, identity mass matrix) or ``"map"`` (the
-            posterior mode and a Laplace mass matrix, :func:`laplace_start`).
+        init: ``"median"`` (NumPyro's prior-median start, identity mass matrix), ``"map"`` (the
+            posterior mode and a Laplace mass matrix, :func:`laplace_start`) or ``"auto"``: ``"map"``
+            for :data:`~bayes_rbfn.defaults.MAP_START_MIN_POINTS` data points or more, else
+            ``"median"`` (:func:`resolve_init`).
         chain_method: one of :data:`CHAIN_METHODS`, or None: parallel when there is a device per chain,
             else vectorised.
         progress: a progress bar on stderr.
@@ -96,7 +99,7 @@ class SamplerSettings:
     target_accept: float = 0.8
     dense_mass: bool | None = None
     max_tree_depth: int = 10
-    init: str = "median"
+    init: str = "auto"
     chain_method: str | None = None
     progress: bool = True
     checkpoint: str | os.PathLike[str] | None = None
@@ -265,16 +268,28 @@ def resolve_dense_mass(model: Callable, model_args: tuple, settings: SamplerSett
     return sampled_size(model, model_args) <= DENSE_MASS_MAX_PARAMS
 
 
-def nuts_kernel(model: Callable, model_args: tuple, settings: SamplerSettings) -> NUTS:
+def resolve_init(init: str, num_points: int | None) -> str:
+    """The start a run takes: ``init``, or for ``"auto"`` the mode (``"map"``) from
+    :data:`~bayes_rbfn.defaults.MAP_START_MIN_POINTS` data points on — where the warm-up gradients it
+    saves outweigh its compilation — and ``"median"`` below it or where the size is not given."""
+    if init != "auto":
+        return init
+    return "map" if num_points is not None and num_points >= MAP_START_MIN_POINTS else "median"
+
+
+def nuts_kernel(
+    model: Callable, model_args: tuple, settings: SamplerSettings, *, num_points: int | None = None
+) -> NUTS:
     """NumPyro's NUTS on ``model`` with the settings' step-size target, mass matrix and start.
 
-    With ``init="map"`` the chains start at the posterior mode with the Laplace inverse Hessian as their
-    initial mass matrix (:func:`laplace_start`; the median start, with a ``RuntimeWarning``, if the mode
-    search fails).
+    With ``init="map"`` — or ``"auto"`` and ``num_points`` (the data set's size) at least
+    :data:`~bayes_rbfn.defaults.MAP_START_MIN_POINTS` — the chains start at the posterior mode with the
+    Laplace inverse Hessian as their initial mass matrix (:func:`laplace_start`; the median start, with a
+    ``RuntimeWarning``, if the mode search fails).
     """
     init_strategy, inverse_mass_matrix = init_to_median(num_samples=15), None
     dense_mass = resolve_dense_mass(model, model_args, settings)
-    if settings.init == "map":
+    if resolve_init(settings.init, num_points) == "map":
         try:
             with single_threaded_blas():
                 values, inverse_mass_matrix = laplace_start(model, model_args, settings.seed)
@@ -282,7 +297,9 @@ def nuts_kernel(model: Callable, model_args: tuple, settings: SamplerSettings) -
             if not dense_mass:
                 inverse_mass_matrix = jnp.diagonal(inverse_mass_matrix)
         except FloatingPointError as err:
-            warnings.warn(f"init='map' fell back to the median start: {err}", RuntimeWarning, stacklevel=3)
+            chose = "" if settings.init == "map" else f" (the mode start, at N ≥ {MAP_START_MIN_POINTS:,})"
+            message = f"init={settings.init!r}{chose} fell back to the median start: {err}"
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
     return NUTS(
         model,
         target_accept_prob=settings.target_accept,

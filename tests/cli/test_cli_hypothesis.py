@@ -63,7 +63,7 @@ OPTIONS = {
     ),
     "--kernel": st.one_of(TEXT, st.sampled_from(["se", "matern32", "co2", "periodic"])),
     "--likelihood": st.one_of(TEXT, st.sampled_from(["gaussian", "poisson", "student_t", "bernoulli"])),
-    "--init": st.one_of(TEXT, st.sampled_from(["median", "map"])),
+    "--init": st.one_of(TEXT, st.sampled_from(["auto", "median", "map"])),
     "--x": st.one_of(TEXT, st.sampled_from(["t", "s", "y"])),
     "--y": st.one_of(TEXT, st.sampled_from(["t", "s", "y"])),
 }

@@ -19,7 +19,7 @@ import scipy.optimize
 import scipy.stats
 
 import bayes_rbfn as br
-from bayes_rbfn.defaults import INITS
+from bayes_rbfn.defaults import INITS, MAP_START_MIN_POINTS
 from bayes_rbfn.gp.linalg import default_jitter
 from bayes_rbfn.infer.sampler import laplace_start
 from bayes_rbfn.models import ModelConfig, sor
@@ -144,7 +144,7 @@ def test_unshrunk_window_estimates_only_where_full_rank(num_params, warmup, dens
 
 def test_init_must_be_known(problem):
     X, y = problem
-    with pytest.raises(ValueError, match=r"init: expected one of median, map, got 'mode'"):
+    with pytest.raises(ValueError, match=r"init: expected one of auto, median, map, got 'mode'"):
         br.fit("sor", X, y, init="mode", progress=False)
 
 
@@ -170,3 +170,37 @@ def test_map_start_falls_back_with_a_warning(problem, monkeypatch):
             warnings.simplefilter("ignore", br.ConvergenceWarning)
             idata = br.fit("sor", X, y, Z=Z, init="map", chains=1, warmup=20, draws=20, progress=False)
     assert idata.posterior["lengthscale"].shape == (1, 20)
+
+
+@pytest.mark.parametrize(
+    ("init", "num_points", "start"),
+    [
+        ("auto", MAP_START_MIN_POINTS - 1, "median"),
+        ("auto", MAP_START_MIN_POINTS, "map"),
+        ("auto", None, "median"),  # the data set's size not given
+        ("median", 10 * MAP_START_MIN_POINTS, "median"),
+        ("map", 10, "map"),
+    ],
+    ids=["auto-below", "auto-at-threshold", "auto-size-unknown", "median-kept", "map-kept"],
+)
+def test_auto_start_takes_the_mode_on_large_data_sets(init, num_points, start):
+    from bayes_rbfn.infer.sampler import resolve_init
+
+    assert resolve_init(init, num_points) == start
+
+
+def test_fit_passes_the_data_size_to_the_auto_start(problem, monkeypatch):
+    """fit's default start on a large data set is the mode search; its failure says what chose it.
+    (The threshold is lowered to the test's 200 points; the forced failure keeps the run short.)"""
+    from bayes_rbfn.infer import sampler
+
+    def failing(*args, **kwargs):
+        raise FloatingPointError("forced")
+
+    monkeypatch.setattr(sampler, "laplace_start", failing)
+    monkeypatch.setattr(sampler, "MAP_START_MIN_POINTS", 200)
+    X, y = problem
+    with pytest.warns(RuntimeWarning, match="init='auto' .the mode start, at N ≥ 200. fell back .*: forced"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", br.ConvergenceWarning)
+            br.fit("sor", X, y, Z=Z, chains=1, warmup=20, draws=20, progress=False)
