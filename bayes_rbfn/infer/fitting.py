@@ -522,7 +522,7 @@ def fit(
             much shorter early warm-up trees when the posterior is narrow, e.g. for large N; falls back
             to ``"median"`` with a warning when the mode search fails) or ``"auto"`` (default):
             ``"map"`` from 10,000 data points on (:data:`~bayes_rbfn.defaults.MAP_START_MIN_POINTS`),
-            where it saves more warm-up than its ~9 s of compilation cost, else ``"median"``.
+            where the warm-up it saves is worth most, else ``"median"``.
 
     Returns:
         InferenceData with groups posterior, sample_stats, observed_data (y), constant_data (X, Z,

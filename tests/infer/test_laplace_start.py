@@ -3,8 +3,9 @@
 The reference writes the sor potential from scratch — −log N(y − c | 0, K_fu K_uu⁻¹ K_uf + σ²I) by a dense
 SciPy log-density, minus the log-normal log priors and the log-Jacobian of θ = exp(u) — finds its minimum
 with SciPy's BFGS, and its Hessian by second differences of the potential itself. The library's
-:func:`bayes_rbfn.infer.sampler.laplace_start` goes through NumPyro's unconstrained space, JAX's BFGS and
-central differences of the streamed SoR gradient: nothing is shared but the data.
+:func:`bayes_rbfn.infer.sampler.laplace_start` goes through NumPyro's unconstrained space, SciPy's BFGS on
+the streamed SoR value and gradient, and central differences of that gradient. The two share the optimiser
+(whose optimum is the potential's, not the optimiser's) and the data, not the potential or its gradient.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ from bayes_rbfn.models.families import FAMILIES
 PRIORS = {"lengthscale": (0.0, 1.0), "noise": (np.log(0.3), 1.0), "variance": (0.0, 1.0)}
 NAMES = sorted(PRIORS)
 Z = np.linspace(0.3, 9.7, 16)
-#: Seeds whose prior-median start is ~10³ gradient units from the mode: there JAX's BFGS, started unscaled,
-#: stopped short with a failed line search (status 3; log variance off by 0.74 at seed 2), which
-#: laplace_start used to take for the mode.
+#: Seeds whose prior-median start is ~10³ gradient units from the mode: there JAX's BFGS (which
+#: laplace_start used before SciPy's) stopped short with a failed line search (status 3; log variance off
+#: by 0.74 at seed 2), and laplace_start took that point for the mode.
 FAR_STARTS = (2, 7)
 
 
@@ -99,8 +100,8 @@ def reference_mode(problem):
 def test_mode_matches_dense_reference(library_start, reference_mode):
     values, _ = library_start
     u = np.log([float(values[name]) for name in NAMES])
-    # Posterior sds of log θ are 0.05–0.55 here. The library's BFGS stops at ‖∇‖∞ ≤ 1e-5, which leaves
-    # the flattest direction (log variance) 2.6e-6 from SciPy's optimum at gtol 1e-9 (measured).
+    # Posterior sds of log θ are 0.05–0.55 here. The library's BFGS stops at ‖∇‖∞ ≤ 1e-5: 1.3e-8 from
+    # the reference's optimum at gtol 1e-9 (measured; 2.6e-6 with JAX's BFGS, which the library used before).
     np.testing.assert_allclose(u, reference_mode, atol=1e-5)
 
 
@@ -108,7 +109,7 @@ def test_mode_matches_dense_reference(library_start, reference_mode):
 def test_mode_search_from_a_far_start_reaches_the_mode(problem, reference_mode, seed):
     values, _ = _library_start(problem, seed)
     u = np.log([float(values[name]) for name in NAMES])
-    # 6e-9 and 8e-9 apart (measured); the unscaled search used to stop 0.74 and 0.69 away.
+    # 7.9e-8 and 1.1e-7 apart (measured); JAX's BFGS, unscaled, used to stop 0.74 and 0.69 away.
     np.testing.assert_allclose(u, reference_mode, atol=1e-5)
 
 
