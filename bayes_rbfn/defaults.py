@@ -23,7 +23,7 @@ INITS = ("auto", "median", "map")
 #: Measured with ``fit("sor")``, one chain of 500 + 500, M = 32/64, 1-D (25 Nov 2026): at N = 10⁴ the
 #: mode start takes 0.6× the wall time for 1.25× the ESS/s (3 seeds; 4.7× the hand-written NumPyro
 #: model's ESS/s against 3.55× from the median); at N = 10⁵ 3.8× the ESS/s (one run: 600 s against
-#: 1,929 s); at N = 10⁶ (one H100) 69 s against 250 s. At N = 10³
-#: it gains less (1.19× warm, median of 5 seeds; nothing in a fresh process), and every chain starting
-#: at one point leaves R̂ without dispersed starts, so the median start stays below 10⁴ points.
+#: 1,929 s); at N = 10⁶ (one H100) 69 s against 250 s. At N = 10³ it gains less (1.19× warm, median
+#: of 5 seeds; nothing in a fresh process), and every chain starting at one point leaves R̂ without
+#: dispersed starts, so the median start stays below 10⁴ points.
 MAP_START_MIN_POINTS = 10_000
