@@ -157,14 +157,16 @@ def test_cli_choices_agree_with_the_library():
     assert tuple(init.choices) == INITS
 
 
+def _failing_search(*args, **kwargs):
+    """Stands in for laplace_start where a test needs the mode search to fail."""
+    raise FloatingPointError("forced")
+
+
 def test_map_start_falls_back_with_a_warning(problem, monkeypatch):
     """A failed mode search (here: forced) falls back to the median start and says so."""
     from bayes_rbfn.infer import sampler
 
-    def failing(*args, **kwargs):
-        raise FloatingPointError("forced")
-
-    monkeypatch.setattr(sampler, "laplace_start", failing)
+    monkeypatch.setattr(sampler, "laplace_start", _failing_search)
     X, y = problem
     with pytest.warns(RuntimeWarning, match="init='map' fell back to the median start: forced"):
         with warnings.catch_warnings():
@@ -195,10 +197,7 @@ def test_fit_passes_the_data_size_to_the_auto_start(problem, monkeypatch):
     (The threshold is lowered to the test's 200 points; the forced failure keeps the run short.)"""
     from bayes_rbfn.infer import sampler
 
-    def failing(*args, **kwargs):
-        raise FloatingPointError("forced")
-
-    monkeypatch.setattr(sampler, "laplace_start", failing)
+    monkeypatch.setattr(sampler, "laplace_start", _failing_search)
     monkeypatch.setattr(sampler, "MAP_START_MIN_POINTS", 200)
     X, y = problem
     with pytest.warns(RuntimeWarning, match="init='auto' .the mode start, at N ≥ 200. fell back .*: forced"):
