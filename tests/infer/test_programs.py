@@ -1,8 +1,10 @@
-"""Compiled programs kept by their lowered text (:mod:`bayes_rbfn.infer.programs`, issue 20 target 1).
+"""Compiled programs kept by their traced program (:mod:`bayes_rbfn.infer.programs`, issue 20 target 1).
 
 What it must do: a new closure that lowers to the same program reuses the compiled executable (no XLA
 compilation, the same numbers), and a different program is never served in its place — different
-constants, static arguments, shapes or output structure each get their own. A refit of the same shapes
+constants (scalars, or arrays the printed jaxpr elides), static arguments, shapes, output structure or
+backward rules each get their own, and programs that call back to the host are keyed by what they
+lower to. A refit of the same shapes
 compiles nothing, and its draws equal those of a fit whose programs were compiled afresh.
 """
 
@@ -78,6 +80,78 @@ def test_a_different_program_is_never_served_for_another(variant, expected):
         assert set(out) == {"value"}
         out, want = out["value"], want["value"]
     np.testing.assert_allclose(out, want, rtol=1e-15)
+
+
+def _array_closure(c):
+    """``x ↦ sin(x)·c`` with c an array constant: the printed jaxpr shows it only as a name."""
+    c = np.asarray(c, dtype=np.float64)
+    return lambda x: jnp.sin(x) * c
+
+
+@pytest.mark.parametrize("kind", ["numpy", "jax"], ids=["numpy-constant", "jax-constant"])
+def test_array_constants_that_print_alike_are_other_programs(kind):
+    """Closures over arrays of the same shape trace to the same jaxpr text: their values must part them."""
+    programs.clear_programs()
+    wrap = np.asarray if kind == "numpy" else jnp.asarray
+    x = jnp.linspace(0.0, 1.0, 3)
+    for c in ([1.0, 2.0, 3.0], [1.0, 2.0, 3.5], [1.0, 2.0, 3.0]):
+        out = programs.by_program(_array_closure(wrap(c)))(x)
+        np.testing.assert_allclose(out, np.sin(np.asarray(x)) * np.asarray(c), rtol=1e-15)
+    assert len(programs._PROGRAMS) == 2  # the third closure is the first program again
+
+
+def _custom_vjp_closure(scale):
+    """``x ↦ Σ x²`` with a backward rule that returns ``scale`` times the true gradient; the forward pass is
+    the same for every scale."""
+
+    @jax.custom_vjp
+    def f(x):
+        return jnp.sum(x * x)
+
+    def fwd(x):
+        return f(x), x
+
+    def bwd(x, g):
+        return (scale * 2.0 * x * g,)
+
+    f.defvjp(fwd, bwd)
+    return f
+
+
+def test_backward_rules_are_part_of_a_differentiated_program():
+    programs.clear_programs()
+    one = programs.by_program(jax.grad(_custom_vjp_closure(1.0)))(X)
+    three = programs.by_program(jax.grad(_custom_vjp_closure(3.0)))(X)
+    np.testing.assert_allclose(one, 2.0 * np.asarray(X), rtol=1e-15)
+    np.testing.assert_allclose(three, 6.0 * np.asarray(X), rtol=1e-15)
+
+
+def test_forward_passes_of_custom_rules_share_a_program():
+    """Undifferentiated, the two closures run the same computation (the backward rule is not lowered): one
+    compiled program."""
+    programs.clear_programs()
+    values = [programs.by_program(_custom_vjp_closure(s))(X) for s in (1.0, 3.0)]
+    assert len(programs._PROGRAMS) == 1
+    for v in values:
+        np.testing.assert_allclose(v, np.sum(np.asarray(X) ** 2), rtol=1e-14)
+
+
+def test_host_callbacks_are_never_served_from_the_kept_programs():
+    """A host callback is named by neither the jaxpr nor the lowered text (which gives it an index): each
+    closure's own callback must run. Keyed by the lowered text, the second closure ran the first's."""
+    programs.clear_programs()
+
+    def calling(factor):
+        def callback(v):
+            return np.asarray(v) * factor
+
+        shape = jax.ShapeDtypeStruct(X.shape, X.dtype)
+        return lambda x: jax.pure_callback(callback, shape, x)
+
+    for factor in (2.0, 5.0):
+        out = programs.by_program(calling(factor))(X)
+        np.testing.assert_allclose(out, factor * np.asarray(X), rtol=1e-15)
+    assert len(programs._PROGRAMS) == 0
 
 
 def test_an_unused_argument_of_another_shape_is_another_program():
