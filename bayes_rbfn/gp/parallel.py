@@ -35,12 +35,15 @@ floor as the whitened form allows:
   ∂f/∂L_uu = −Wᵀ (G_s AAᵀ + g (A D^-½ y)ᵀ) (using W K_uf D⁻¹ K_fu = AAᵀ L_uuᵀ), so the backward pass
   never needs a second sweep for it. Forming Wᵀ G_s W first would save one product but amplifies
   rounding by cond(K_uu) again (gradients off by up to 60 % in the same tests).
-* **Summed in a fixed order.** The chunks form :data:`SUM_BLOCKS` blocks of equal length (the data padded
-  with weight-zero points); each block is summed chunk by chunk and the block sums are added in block
-  order. Every addition is then fixed by N and the chunk length, not by the device count, so sharded and
-  single-device results are the same numbers. They must be: the lengthscale gradient is ill-conditioned
-  for dense inducing inputs (cond(K_uu) ~ 1e10), and at N = 10⁶ another summation order alone (e.g.
-  another chunk length) moves it by ~1e-6 relative, while the log density moves by ~1e-15.
+* **Summed in a fixed order.** The chunks form blocks of equal length (the data padded with weight-zero
+  points): as many blocks as whole chunks fit in N, rounded down to a power of two, at most
+  :data:`SUM_BLOCKS` (:func:`_block_count`). Each block is summed chunk by chunk and the block sums are
+  added in block order. Every addition is then fixed by N and the chunk length, not by the device count
+  (any count dividing the blocks), so sharded and single-device results are the same numbers. They must
+  be: the lengthscale gradient is ill-conditioned for dense inducing inputs (cond(K_uu) ~ 1e10), and at
+  N = 10⁶ another summation order alone (e.g. another chunk length) moves it by ~1e-6 relative, while the
+  log density moves by ~1e-15. Below 16 chunks the blocks are fewer rather than shorter: 16 blocks of
+  N/16 points cost 1.3–1.6× the value and gradient of one block at N = 10³–10⁴ (M = 32).
 * **Residuals, not differences.** yᵀC⁻¹y = yᵀD⁻¹y − ‖c‖² loses every digit by σ/s ≈ 1e-8 when y is
   nearly explained by the network; :func:`woodbury_factor` takes it as rᵀD⁻¹r + ‖L_uuᵀ m‖² from the
   residuals r = y − K_fu m of the weight mean m (:meth:`~bayes_rbfn.gp.linalg.Woodbury.with_residuals`).
@@ -81,7 +84,7 @@ floor as the whitened form allows:
 * **Sharded.** With a :class:`jax.sharding.Mesh`, the pass runs under :func:`jax.shard_map`: each device
   streams over its own whole blocks and the per-block M×M sums are ``psum``-reduced, each placed at its
   block index in an otherwise zero array (x + 0 = x exactly), then added in block order like on one
-  device: the only communication, SUM_BLOCKS·(M² + M) numbers per evaluation whatever N. The same code
+  device: the only communication, at most SUM_BLOCKS·(M² + M) numbers per evaluation whatever N. The same code
   runs on several CPU devices, GPUs or hosts.
 
 Per evaluation of the log density and its gradient this is four M×M×C products per chunk (two forward,
@@ -244,12 +247,13 @@ def _over_data(fn: Callable, mesh: Mesh | None) -> Callable:
 # --------------------------------------------------------------------------------------------------
 # Sums over the data in a fixed order, whatever the number of devices
 
-#: The data sums are cut into this many blocks of equal length (the data padded with masked points), each
-#: block is summed chunk by chunk, and the block sums are added in block order. Every floating-point
-#: addition is then fixed by N and the chunk length alone, not by how many devices share the work (any
-#: device count dividing SUM_BLOCKS): sharded and single-device sums are the same numbers, not merely
-#: close. That matters because the sums feed an ill-conditioned reverse pass: at N = 10⁶ two orders of
-#: summation (e.g. two chunk lengths) move the lengthscale gradient by ~3e-6 relative (benchmarks/README.md).
+#: The most blocks the data sums are cut into (:func:`_block_count`). Each block, of equal length (the data
+#: padded with masked points), is summed chunk by chunk, and the block sums are added in block order.
+#: Every floating-point addition is then fixed by N and the chunk length alone, not by how many devices
+#: share the work (any device count dividing the number of blocks): sharded and single-device sums are the
+#: same numbers, not merely close. That matters because the sums feed an ill-conditioned reverse pass: at
+#: N = 10⁶ two orders of summation (e.g. two chunk lengths) move the lengthscale gradient by ~3e-6
+#: relative (benchmarks/README.md).
 SUM_BLOCKS = 16
 
 
@@ -257,10 +261,18 @@ def _round_up(n: int, k: int) -> int:
     return -(-n // k) * k
 
 
-def _block_count(mesh: Mesh | None) -> tuple[int, int]:
-    """(devices, blocks): SUM_BLOCKS, rounded up to a multiple of the mesh's device count."""
+def _block_count(mesh: Mesh | None, N: int, C: int) -> tuple[int, int]:
+    """(devices, blocks) for N points in chunks of at most C: as many blocks as whole chunks fit in N,
+    rounded down to a power of two, between 1 and :data:`SUM_BLOCKS`; rounded up to a multiple of the
+    mesh's device count (then sharded sums are added in another order than one device's).
+
+    A block never holds less than a chunk unless N does: 16 blocks of 63 points cost 1.4× the value and
+    gradient of one block of 1,000 (M = 32; 1.6× at N = 4,000, 1.35× at 10⁴), the per-chunk work being too
+    small to amortise its dispatch.
+    """
     n_dev = 1 if mesh is None else mesh.shape[DATA_AXIS]
-    return n_dev, SUM_BLOCKS if SUM_BLOCKS % n_dev == 0 else _round_up(SUM_BLOCKS, n_dev)
+    blocks = min(SUM_BLOCKS, 1 << max((N // C).bit_length() - 1, 0))
+    return n_dev, blocks if blocks % n_dev == 0 else _round_up(blocks, n_dev)
 
 
 def _layout(N: int, C: int, n_blocks: int) -> tuple[int, int, int]:
@@ -306,7 +318,8 @@ def _zero_padded(a: jax.Array | None, rows: int) -> jax.Array | None:
 
 
 def _summed_over_data(fn: Callable, mesh: Mesh | None, N: int, C: int) -> Callable:
-    """``run(shared, X, y, w) → (sums, per_point)`` over N points, in the fixed order of SUM_BLOCKS blocks.
+    """``run(shared, X, y, w) → (sums, per_point)`` over N points, in the fixed order of the blocks of
+    :func:`_block_count`.
 
     ``fn(shared, X, y, w, n_blocks, per_block, C)`` returns per-block sums (leading axis n_blocks) and
     per-point outputs on its rows. The data are padded to the block layout; padded points get weight
@@ -314,7 +327,7 @@ def _summed_over_data(fn: Callable, mesh: Mesh | None, N: int, C: int) -> Callab
     n_blocks / devices whole blocks; the block sums are placed at their block index in a zero array and
     ``psum``-reduced (x + 0 = x exactly), then folded in block order like the single-device sums.
     """
-    n_dev, n_blocks = _block_count(mesh)
+    n_dev, n_blocks = _block_count(mesh, N, C)
     C_eff, per_block, N_pad = _layout(N, C, n_blocks)
 
     def run(shared, X, y, w):
@@ -895,12 +908,12 @@ def _leave_block_out_loo(
     Nothing is subtracted: A_out is a sum over the points outside B, kept as a square root R_outᵀR_out
     by QR of stacked rows (the sums of the Woodbury pass, formed as matrices, would lose the prior's I next
     to terms of size 1/σ²). The R of every chunk is taken once; exclusive prefixes and suffixes over the
-    blocks (across devices: one all-gather of SUM_BLOCKS (M+1)² numbers), over the chunks of a block and
+    blocks (across devices: one all-gather of (M+1)² numbers per block), over the chunks of a block and
     over the leaves of a chunk then give, for every leaf, R_out by O(M³) rotations, with no N×M array.
     Chunks without a flagged point are skipped (zeros there).
     """
-    n_dev, n_blocks = _block_count(mesh)
     N = X.shape[0]
+    n_dev, n_blocks = _block_count(mesh, N, C)
     C_eff, per_block, N_pad = _layout(N, C, n_blocks)
 
     arrays = tuple(_zero_padded(a, N_pad) for a in (X, y, w, flag))

@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 
 import jax
 import jax.numpy as jnp
@@ -327,6 +328,29 @@ def test_masked_pass_equals_dense_over_real_points(per_point):
     assert np.all(np.asarray(loo)[~keep] == 0.0)
 
 
+@pytest.mark.parametrize(
+    ("N", "C", "devices", "blocks"),
+    [
+        (1000, 4096, 1, 1),  # fewer points than a chunk: one block, not 16 of 63 points
+        (8192, 4096, 1, 2),
+        (16383, 4096, 1, 2),
+        (16384, 4096, 1, 4),
+        (65535, 4096, 1, 8),
+        (65536, 4096, 1, 16),
+        (10**6, 2048, 1, 16),  # never more than SUM_BLOCKS
+        (1000, 4096, 2, 2),  # rounded up to the device count
+        (10**6, 2048, 3, 18),
+    ],
+    ids=["N<C", "2C", "4C-1", "4C", "16C-1", "16C", "million", "2-devices-small", "3-devices"],
+)
+def test_blocks_are_whole_chunks(N, C, devices, blocks):
+    """The block count: whole chunks per block, a power of two up to SUM_BLOCKS, a multiple of the devices."""
+    mesh = types.SimpleNamespace(shape={parallel.DATA_AXIS: devices}) if devices > 1 else None  # its size
+    assert parallel._block_count(mesh, N, C) == (devices, blocks)
+    C_eff, per_block, N_pad = parallel._layout(N, C, blocks)
+    assert C_eff <= C and N <= N_pad < N + blocks * per_block * 8
+
+
 def test_chunk_size_for():
     assert parallel.chunk_size_for(64) == 2048
     assert parallel.chunk_size_for(128) == 1024
@@ -399,7 +423,7 @@ _SHARDED_SCRIPT = textwrap.dedent(
     yi = jnp.sin(2 * Xi[:, 0])
     kern = kernels.SquaredExponential(0.7, 1.3)
     out["interpolated"], out["interpolated_changed"] = {}, []
-    for chunk in (64, None):
+    for chunk in (64, 512):  # 16 and 2 blocks: each device gets whole blocks (parallel._block_count)
         def loo_i(m):
             f = parallel.sor_factor(kern, Xi, yi, Zi, 1e-8, chunk_size=chunk, mesh=m)
             return np.asarray(parallel.sor_loo(f, kern, Zi, Xi, yi, 1e-16, chunk_size=chunk, mesh=m))
