@@ -32,8 +32,12 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.extend import core as jax_core
 from jax.extend import random as jax_random
+
+try:
+    from jax.extend.core import ClosedJaxpr, Jaxpr, Literal
+except ImportError:  # JAX before these reached jax.extend
+    from jax.core import ClosedJaxpr, Jaxpr, Literal
 
 __all__ = ["PROGRAMS_KEPT", "by_program", "clear_programs"]
 
@@ -124,7 +128,10 @@ def _traced_key(traced: Any) -> tuple | object | None:
     closed = traced.jaxpr
     if closed.effects:
         return _NOT_KEPT
-    arrays: list[Any] = [*closed.consts, *traced._consts]
+    trace_params, hoisted = getattr(traced, "_params", None), getattr(traced, "_consts", None)
+    if trace_params is None or hoisted is None:  # another JAX's Traced: fall back on the lowered text
+        return None
+    arrays: list[Any] = [*closed.consts, *hoisted]
     found: set[str] = set()
     _collect_arrays(closed.jaxpr, arrays, found)
     if "callable" in found:
@@ -132,7 +139,7 @@ def _traced_key(traced: Any) -> tuple | object | None:
     if "address" in found:
         return None
     digest = hashlib.sha256(str(closed.jaxpr).encode())
-    params = {k: v for k, v in traced._params.items() if k != "jaxpr"}
+    params = {k: v for k, v in trace_params.items() if k != "jaxpr"}
     digest.update(repr(sorted((k, str(v)) for k, v in params.items())).encode())
     for a in arrays:
         a = np.asarray(a)
@@ -147,7 +154,7 @@ def _collect_arrays(jaxpr: Any, arrays: list, found: set[str]) -> None:
     callable parameter lowering may read, "address" for a rule printed by its address."""
     for eqn in jaxpr.eqns:
         for v in eqn.invars:
-            if isinstance(v, jax_core.Literal) and np.shape(v.val):
+            if isinstance(v, Literal) and np.shape(v.val):
                 arrays.append(v.val)
         name = eqn.primitive.name
         if name in _RULES_PRINTED_BY_ADDRESS:
@@ -161,10 +168,10 @@ def _collect_param(value: Any, arrays: list, found: set[str], rules_not_lowered:
         value, (jax.sharding.Mesh, jax.sharding.AbstractMesh)
     ):
         return  # printed by a name that fixes it, or in full (a mesh is callable only as a context)
-    if isinstance(value, jax_core.ClosedJaxpr):
+    if isinstance(value, ClosedJaxpr):
         arrays.extend(value.consts)
         _collect_arrays(value.jaxpr, arrays, found)
-    elif isinstance(value, jax_core.Jaxpr):
+    elif isinstance(value, Jaxpr):
         _collect_arrays(value, arrays, found)
     elif isinstance(value, (tuple, list)):
         for v in value:

@@ -154,6 +154,21 @@ def test_host_callbacks_are_never_served_from_the_kept_programs():
     assert len(programs._PROGRAMS) == 0
 
 
+def test_the_lowered_text_fallback_reuses_and_separates(monkeypatch):
+    """Programs whose jaxpr cannot be the key (an object printed by address, another JAX's ``Traced``) are
+    keyed by their lowered text: still reused by a new closure, still apart for another constant."""
+    monkeypatch.setattr(programs, "_traced_key", lambda traced: None)
+    programs.clear_programs()
+    programs.by_program(_closure(1.5))(X)
+    with _compilations() as events:
+        again = programs.by_program(_closure(1.5))(X)
+    assert events == []
+    other = programs.by_program(_closure(2.5))(X)
+    np.testing.assert_allclose(again, np.sin(np.asarray(X)) * 1.5 + np.asarray(X) ** 2, rtol=1e-15)
+    np.testing.assert_allclose(other, np.sin(np.asarray(X)) * 2.5 + np.asarray(X) ** 2, rtol=1e-15)
+    assert len(programs._PROGRAMS) == 2
+
+
 def test_an_unused_argument_of_another_shape_is_another_program():
     """An argument the program does not use is pruned from its text, but the executable still checks its
     shape: a call with that argument in another shape must not be served the first executable (it was, and
