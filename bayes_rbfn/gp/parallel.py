@@ -42,8 +42,7 @@ floor as the whitened form allows:
   (any count dividing the blocks), so sharded and single-device results are the same numbers. They must
   be: the lengthscale gradient is ill-conditioned for dense inducing inputs (cond(K_uu) ~ 1e10), and at
   N = 10⁶ another summation order alone (e.g. another chunk length) moves it by ~1e-6 relative, while the
-  log density moves by ~1e-15. Below 16 chunks the blocks are fewer rather than shorter: 16 blocks of
-  N/16 points cost 1.3–1.6× the value and gradient of one block at N = 10³–10⁴ (M = 32).
+  log density moves by ~1e-15. Below 16 chunks the blocks are fewer rather than shorter (measured there).
 * **Residuals, not differences.** yᵀC⁻¹y = yᵀD⁻¹y − ‖c‖² loses every digit by σ/s ≈ 1e-8 when y is
   nearly explained by the network; :func:`woodbury_factor` takes it as rᵀD⁻¹r + ‖L_uuᵀ m‖² from the
   residuals r = y − K_fu m of the weight mean m (:meth:`~bayes_rbfn.gp.linalg.Woodbury.with_residuals`).

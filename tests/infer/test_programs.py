@@ -3,9 +3,8 @@
 What it must do: a new closure that lowers to the same program reuses the compiled executable (no XLA
 compilation, the same numbers), and a different program is never served in its place — different
 constants (scalars, or arrays the printed jaxpr elides), static arguments, shapes, output structure or
-backward rules each get their own, and programs that call back to the host are keyed by what they
-lower to. A refit of the same shapes
-compiles nothing, and its draws equal those of a fit whose programs were compiled afresh.
+backward rules each get their own, and programs that call back to the host are never kept. A refit of
+the same shapes compiles nothing, and its draws equal those of a fit whose programs were compiled afresh.
 """
 
 from __future__ import annotations
@@ -83,8 +82,8 @@ def test_a_different_program_is_never_served_for_another(variant, expected):
 
 
 def _array_closure(c):
-    """``x ↦ sin(x)·c`` with c an array constant: the printed jaxpr shows it only as a name."""
-    c = np.asarray(c, dtype=np.float64)
+    """``x ↦ sin(x)·c`` with c an array constant (NumPy or JAX, as given): the printed jaxpr shows it only
+    as a name."""
     return lambda x: jnp.sin(x) * c
 
 
