@@ -156,19 +156,49 @@ def _resolve_priors(defaults: dict, priors: Mapping[str, Any] | None, fixed: Map
     return resolved
 
 
-def _map_draws(fn: Any, params: Mapping[str, Any], per_draw_elements: int, data: Any = None) -> np.ndarray:
-    """Evaluate ``fn(draw_params, data)`` for every draw, vmapped in batches of ~5e7 elements of work memory.
+#: Elements of working memory per draw below which :func:`_map_draws` vectorises a few draws at a time,
+#: and the most it vectorises (:func:`_draws_per_step`).
+SMALL_DRAW_WORK, MAX_DRAWS_PER_STEP = 1 << 17, 16
+
+#: Elements of output (draws × values per draw) one call of :func:`_map_draws`'s program returns at most.
+MAX_OUTPUT_PER_CALL = 1 << 25
+
+
+def _draws_per_step(per_draw_elements: int) -> int:
+    """Draws :func:`_map_draws` evaluates side by side (``vmap``) in one step of its sequential map.
+
+    One at a time where a draw's working arrays fill the cache, up to :data:`MAX_DRAWS_PER_STEP` where
+    they are tiny (there a step's fixed cost would dominate). A wide ``vmap`` makes every chunk's
+    arrays that many times larger and runs the per-draw Cholesky and triangular solves as batched LAPACK
+    loops: the LOO log-likelihood of 500 draws at N = 1,000, M = 32 took 0.71–0.84 ms per draw vmapped
+    390 at a time, 0.36–0.49 ms mapped 1–4 at a time (2 cores, float64, 26 Nov 2026).
+    """
+    return int(max(1, min(MAX_DRAWS_PER_STEP, SMALL_DRAW_WORK // max(int(per_draw_elements), 1))))
+
+
+def _map_draws(
+    fn: Any, params: Mapping[str, Any], per_draw_elements: int, data: Any = None, values_per_draw: int = 1
+) -> np.ndarray:
+    """Evaluate ``fn(draw_params, data)`` for every draw: a sequential map over the draws in one compiled
+    program (a few draws side by side per step where each is small, :func:`_draws_per_step`).
 
     ``data`` is an argument of the compiled function, not a constant folded into it: compiling does not grow
-    with N and a refit on data of the same shapes reuses the program. The last batch is padded to full
-    size (one compiled shape).
+    with N and a refit on data of the same shapes reuses the program. The draws go in as few calls as keep
+    each call's output (``values_per_draw`` per draw) within :data:`MAX_OUTPUT_PER_CALL` elements, split
+    evenly (the last call padded by fewer draws than there are calls; one compiled shape).
     """
     leaves = jax.tree_util.tree_leaves(params)
     chains, draws = leaves[0].shape[:2]
     total = chains * draws
     flat = jax.tree_util.tree_map(lambda a: a.reshape((total, *a.shape[2:])), params)
-    batch = int(max(1, min(total, 5e7 // max(per_draw_elements, 1))))
-    compiled = by_program(jax.vmap(fn, in_axes=(0, None)))
+    calls = -(-total // max(1, MAX_OUTPUT_PER_CALL // max(int(values_per_draw), 1)))
+    batch = -(-total // calls)
+    step = min(batch, _draws_per_step(per_draw_elements))
+
+    def over_draws(part: Any, data: Any) -> jax.Array:
+        return jax.lax.map(lambda p: fn(p, data), part, batch_size=step)
+
+    compiled = by_program(over_draws)
     out = []
     for s in range(0, total, batch):
         part = jax.tree_util.tree_map(lambda a, s=s: a[s : s + batch], flat)
@@ -197,7 +227,9 @@ def pointwise_loo(spec: ModelSpec, config: ModelConfig, params: Mapping[str, Any
     def evaluate(some: dict, exact: Any) -> np.ndarray:
         bound = dataclasses.replace(config, loo_exact=exact)
         one_chain = {k: v[None] for k, v in some.items()}  # _map_draws takes (chains, draws, ...)
-        return _map_draws(lambda p, d: spec.log_likelihood(p, d, bound), one_chain, work, data)[0]
+        return _map_draws(
+            lambda p, d: spec.log_likelihood(p, d, bound), one_chain, work, data, np.size(data["y"])
+        )[0]
 
     values = deferred_loo(evaluate, flat)
     return values.reshape(chains, draws, *values.shape[1:])
