@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -86,7 +87,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError(f"choose a command: {', '.join(COMMANDS)} (see '{PROG} --help')")
         console.quiet = bool(getattr(args, "quiet", False))
         args.argv = argv
-        return COMMANDS[args.command].run(args, console)
+        with warnings.catch_warnings():
+            # ArviZ 0.23.4 warns, once a day, at its first import that 1.x will break its API; this package
+            # pins arviz < 0.24, so the notice concerns nobody running this command, and printed in the
+            # middle of a run it breaks --quiet's promise of no output (it is imported lazily, mid-run).
+            warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
+            return COMMANDS[args.command].run(args, console)
     except SystemExit as done:  # --help, --version
         return done.code if isinstance(done.code, int) else 0
     except (UserError, InputError) as err:

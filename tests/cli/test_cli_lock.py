@@ -29,9 +29,11 @@ ENV = {**os.environ, "MPLBACKEND": "Agg"}
 #: A real CLI run whose sampling waits until the file named by argv[1] exists.
 BLOCKED_RUN = textwrap.dedent(
     """
-    import sys, time
+    import sys, time, warnings
     from pathlib import Path
-    import bayes_rbfn.infer.fitting as fitting
+    with warnings.catch_warnings():  # as main() does: this import would otherwise come before its filter
+        warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
+        import bayes_rbfn.infer.fitting as fitting
     from bayes_rbfn.cli import main
 
     go, real_fit = Path(sys.argv[1]), fitting.fit
