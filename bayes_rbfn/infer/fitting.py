@@ -156,9 +156,10 @@ def _resolve_priors(defaults: dict, priors: Mapping[str, Any] | None, fixed: Map
     return resolved
 
 
-#: Elements of working memory per draw below which :func:`_map_draws` vectorises a few draws at a time,
-#: and the most it vectorises (:func:`_draws_per_step`).
-SMALL_DRAW_WORK, MAX_DRAWS_PER_STEP = 1 << 17, 16
+#: Draws :func:`_map_draws` evaluates side by side in each step of its sequential map, outside the band of
+#: per-draw working memory (elements) ``ONE_DRAW_PER_STEP`` where it takes them one at a time.
+DRAWS_PER_STEP = 4
+ONE_DRAW_PER_STEP = (1 << 17, 1 << 20)
 
 #: Elements of output (draws × values per draw) one call of :func:`_map_draws`'s program returns at most.
 MAX_OUTPUT_PER_CALL = 1 << 25
@@ -167,13 +168,15 @@ MAX_OUTPUT_PER_CALL = 1 << 25
 def _draws_per_step(per_draw_elements: int) -> int:
     """Draws :func:`_map_draws` evaluates side by side (``vmap``) in one step of its sequential map.
 
-    One at a time where a draw's working arrays fill the cache, up to :data:`MAX_DRAWS_PER_STEP` where
-    they are tiny (there a step's fixed cost would dominate). A wide ``vmap`` makes every chunk's
-    arrays that many times larger and runs the per-draw Cholesky and triangular solves as batched LAPACK
-    loops: the LOO log-likelihood of 500 draws at N = 1,000, M = 32 took 0.71–0.84 ms per draw vmapped
-    390 at a time, 0.36–0.49 ms mapped 1–4 at a time (2 cores, float64, 26 Nov 2026).
+    A wide ``vmap`` makes every chunk's arrays that many times larger and runs the per-draw Cholesky and
+    triangular solves as batched LAPACK loops. Measured on fit's LOO log-likelihood of 500 draws (2 cores,
+    float64, 26 Nov 2026): at N = 1,000, M = 32 (work 1.3·10⁵) 0.48–0.59 s one draw at a time, 0.51–0.61 s
+    two, 0.66–0.72 s four, 1.0 s eight, 0.92–1.07 s vmapped 390 at a time (the earlier batches); at
+    N = 10⁴, M = 64 (work 2.6·10⁶) 9.0–9.3 s one at a time, 8.5–8.7 s four, 8.8–9.4 s nineteen. Tiny
+    draws (the tests' dozens of points) take four too, so a step's fixed cost is shared.
     """
-    return int(max(1, min(MAX_DRAWS_PER_STEP, SMALL_DRAW_WORK // max(int(per_draw_elements), 1))))
+    lo, hi = ONE_DRAW_PER_STEP
+    return 1 if lo <= int(per_draw_elements) < hi else DRAWS_PER_STEP
 
 
 def _map_draws(

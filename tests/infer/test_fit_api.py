@@ -10,7 +10,7 @@ import stochastic
 import bayes_rbfn as br
 from bayes_rbfn.gp.inducing import select_inducing
 from bayes_rbfn.gp.kernels import SquaredExponential
-from bayes_rbfn.infer import predictive
+from bayes_rbfn.infer import fitting, predictive
 from bayes_rbfn.infer.fitting import backtest_scores
 from bayes_rbfn.models import available_models
 
@@ -298,3 +298,23 @@ def test_default_mass_matrix_is_dense_for_few_sampled_values(model, num_inducing
     assert kernel._dense_mass is dense
     with pytest.raises(ValueError, match="dense_mass"):
         br.SamplerSettings(dense_mass="yes")
+
+
+@pytest.mark.parametrize(
+    ("max_output", "work"),
+    [(1 << 25, 10), (35, 10), (15, 1 << 18), (5, 1 << 21)],
+    ids=["one-call-tiny-draws", "four-calls-last-padded", "eight-calls-one-draw-per-step", "a-draw-per-call"],
+)
+def test_map_draws_evaluates_every_draw_once_in_order(monkeypatch, max_output, work):
+    """fit's per-draw map (the LOO log-likelihood's): every draw of every chain, in order, whatever the split
+    into calls (the last one padded) and steps; against the same arithmetic in NumPy."""
+    monkeypatch.setattr(fitting, "MAX_OUTPUT_PER_CALL", max_output)
+    gen = np.random.default_rng(0)
+    params = {"a": gen.normal(size=(2, 11)), "b": gen.normal(size=(2, 11, 3))}
+
+    def fn(p, data):
+        return p["a"] * data + p["b"].sum()
+
+    out = fitting._map_draws(fn, params, work, np.arange(5.0), values_per_draw=5)
+    expected = params["a"][..., None] * np.arange(5.0) + params["b"].sum(-1)[..., None]
+    np.testing.assert_allclose(out, expected, rtol=1e-15, atol=0)
