@@ -4,14 +4,16 @@
    float64 and ``precision="mixed"`` (jitted, data as arguments; the minimum and median of interleaved
    repeats after a warm call; mixed's error against float64).
 2. ``chain``: one NUTS chain of 500 warm-up + 500 draws at N = 10⁶, M = 64 through ``bayes_rbfn.fit`` at
-   its defaults, with and without the start at the mode (``init="map"``); wall time with compilation
-   included, the minimum bulk ESS over the hyperparameters and r_hat of the chain's two halves.
+   its defaults, once per start in ``--inits`` (default ``auto``, fit's own default, which starts at the
+   mode from 10⁴ points; ``median`` adds the prior-median start); wall time with compilation included,
+   the minimum bulk ESS over the hyperparameters and r_hat of the chain's two halves.
 3. ``predict``: ``bayes_rbfn.predict`` of 4,000 posterior draws at 10,000 test points (N = 2,000, M = 64,
    as the CPU target of benchmarks/run.py's ``predict`` section): first call (compiling) and a warm call.
 
     python benchmarks/gpu.py --device gpu                  # everything, on the GPU
     python benchmarks/gpu.py --device cpu --quick          # small sizes, to check it runs
     python benchmarks/gpu.py --device gpu --sections grad,predict
+    python benchmarks/gpu.py --device gpu --sections chain --inits auto,median
 
 Writes ``--out``/gpu.json and gpu.md (default benchmarks/results/) and prints the table. Nothing here is
 CPU-specific: the same code runs on either device; only JAX_PLATFORMS differs.
@@ -128,7 +130,7 @@ def section_chain(cfg: dict) -> dict:
 
     X, y = _data(cfg["N"], seed=11)
     rows = {}
-    for init in ("median", "map"):
+    for init in cfg["inits"]:
         t0 = time.perf_counter()
         idata = fit(
             "sor",
@@ -146,7 +148,7 @@ def section_chain(cfg: dict) -> dict:
         wall = time.perf_counter() - t0
         d = _diagnostics(idata)
         rows[init] = {"wall_s": wall, **d, "ess_per_s": d["ess_bulk_min"] / wall}
-    return {"N": cfg["N"], "M": cfg["M"], "warmup": cfg["warmup"], "draws": cfg["draws"], "runs": rows}
+    return {k: cfg[k] for k in ("N", "M", "warmup", "draws")} | {"runs": rows}
 
 
 def section_predict(cfg: dict) -> dict:
@@ -232,6 +234,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     ap.add_argument("--sections", default=",".join(SECTIONS))
     ap.add_argument("--quick", action="store_true", help="small sizes (a check that it runs)")
+    ap.add_argument(
+        "--inits", default="auto", help="the chain section's starts, comma-separated (fit's init values)"
+    )
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     args = ap.parse_args(argv)
     os.environ["JAX_PLATFORMS"] = "cuda" if args.device == "gpu" else "cpu"
@@ -246,6 +251,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"--device {args.device}: JAX finds no such device ({err})")
     runtime.limit_blas_threads()  # a no-op off the CPU
     sizes = QUICK if args.quick else FULL
+    sizes["chain"] = {**sizes["chain"], "inits": [i for i in args.inits.split(",") if i]}
     results = {"device": ", ".join(str(d) for d in devices), "jax": jax.__version__, "quick": args.quick}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
