@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 from jax._src import xla_bridge
 from threadpoolctl import threadpool_info
@@ -45,3 +47,57 @@ def test_streamed_pass_chunks_fill_a_gpu_and_fit_a_cpu_cache(monkeypatch):
     assert (chunk_size_for(64), chunk_size_for(256)) == (2048, 512)
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     assert (chunk_size_for(64), chunk_size_for(256), chunk_size_for(1)) == (1 << 18, 1 << 16, 1 << 20)
+
+
+def _product_precisions(jaxpr) -> list:
+    """The ``precision`` of every matrix product (``dot_general``) in ``jaxpr`` and the programs inside it
+    (scan and map bodies, custom-derivative rules, shard_map)."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            found.append(eqn.params["precision"])
+        for value in eqn.params.values():
+            for inner in value if isinstance(value, tuple | list) else [value]:
+                inner = getattr(inner, "jaxpr", inner)  # a ClosedJaxpr's program
+                if hasattr(inner, "eqns"):
+                    found += _product_precisions(inner)
+    return found
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("precision", ["float64", "mixed"])
+def test_sor_pass_takes_its_products_at_full_precision(precision, dtype):
+    """The SoR log density, its gradient, the LOO values and the predictive moments trace every matrix
+    product at full precision: on a GPU, JAX's default rounds float32 products to TF32 (10-bit mantissa),
+    which moved an H200's float32 sums by 5e-4 relative and made "mixed" wrong by O(1) on an H100. A CPU
+    ignores the setting, so this reads the traced program instead of the numbers."""
+    from bayes_rbfn.gp import kernels, parallel
+    from bayes_rbfn.models import ModelConfig
+    from bayes_rbfn.models import sor as sor_model
+    from bayes_rbfn.models.families import FAMILIES
+
+    rng = np.random.default_rng(0)
+    X = jnp.asarray(rng.uniform(0.0, 10.0, (3_000, 1)), dtype)
+    y = jnp.sin(X[:, 0])
+    Z = jnp.asarray(np.linspace(0.5, 9.5, 16)[:, None], dtype)
+    one = jnp.ones((), dtype)
+    data = {"X": X, "y": y, "Z": Z, "y_offset": 0 * one}
+    params = {"lengthscale": one, "variance": one, "noise": 0.3 * one}
+    config = ModelConfig(family=FAMILIES["se"], priors={}, precision=precision)
+
+    def predictive(params):
+        kernel = kernels.SquaredExponential(params["variance"], params["lengthscale"])
+        factor = parallel.sor_factor(kernel, X, y, Z, params["noise"], precision=precision)
+        d = params["noise"] ** 2
+        loo = parallel.sor_loo(factor, kernel, Z, X, y, d)
+        return loo, parallel.sor_moments(factor, kernel, Z, X[:100], precision=precision)
+
+    programs = {
+        "log density and gradient": jax.value_and_grad(lambda p: sor_model.log_density(p, data, config)),
+        "LOO and moments": predictive,
+    }
+    for name, program in programs.items():
+        found = _product_precisions(jax.make_jaxpr(program)(params).jaxpr)
+        assert len(found) >= 8, (name, found)  # the chunk loops' products are in there
+        highest = (jax.lax.Precision.HIGHEST, jax.lax.Precision.HIGHEST)
+        assert all(p == highest for p in found), (name, found)
