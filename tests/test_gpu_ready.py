@@ -34,8 +34,9 @@ def test_no_blas_pinning_off_the_cpu(monkeypatch, backend):
         assert ctx is None and blas_threads() == before
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="JAX computes off the CPU here")
 def test_blas_pinned_on_the_cpu():
-    assert jax.default_backend() == "cpu" and runtime.computes_on_cpu()
+    assert runtime.computes_on_cpu()
     with runtime.single_threaded_blas():
         assert all(n == 1 for n in blas_threads())
 
@@ -44,6 +45,7 @@ def test_streamed_pass_chunks_fill_a_gpu_and_fit_a_cpu_cache(monkeypatch):
     """The chunk of the streamed O(NM²) pass: ≈ 1 MiB of K_uc on the CPU, ≈ 128 MiB on an accelerator."""
     from bayes_rbfn.gp.parallel import chunk_size_for
 
+    monkeypatch.setattr(jax, "default_backend", lambda: "cpu")  # also where the suite runs on a GPU
     assert (chunk_size_for(64), chunk_size_for(256)) == (2048, 512)
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     assert (chunk_size_for(64), chunk_size_for(256), chunk_size_for(1)) == (1 << 18, 1 << 16, 1 << 20)
