@@ -69,10 +69,11 @@ def _product_precisions(jaxpr) -> list:
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("precision", ["float64", "mixed"])
 def test_sor_pass_takes_its_products_at_full_precision(precision, dtype):
-    """The SoR log density, its gradient, the LOO values and the predictive moments trace every matrix
-    product at full precision: on a GPU, JAX's default rounds float32 products to TF32 (10-bit mantissa),
-    which moved an H200's float32 sums by 5e-4 relative and made "mixed" wrong by O(1) on an H100. A CPU
-    ignores the setting, so this reads the traced program instead of the numbers."""
+    """The SoR log density, its gradient, the LOO values and the predictive moments (and DTC's, FITC's and
+    VFE's log densities, gradients and predictives) trace every matrix product at full precision: on a GPU,
+    JAX's default rounds float32 products to TF32 (10-bit mantissa), which moved an H200's float32 sums by
+    5e-4 relative and made "mixed" wrong by O(1) on an H100. A CPU ignores the setting, so this reads the
+    traced program instead of the numbers."""
     from bayes_rbfn.gp import kernels, parallel
     from bayes_rbfn.models import ModelConfig
     from bayes_rbfn.models import sor as sor_model
@@ -98,6 +99,13 @@ def test_sor_pass_takes_its_products_at_full_precision(precision, dtype):
         "log density and gradient": jax.value_and_grad(lambda p: sor_model.log_density(p, data, config)),
         "LOO and moments": predictive,
     }
+    for approx in ("dtc", "fitc", "vfe"):  # the rest of the family: its own restored variances and traces
+        programs[f"{approx}: log density and gradient"] = jax.value_and_grad(
+            lambda p, approx=approx: sor_model.marginal(p, data, config, approx).log_prob(y)
+        )
+        programs[f"{approx}: predictive"] = lambda p, approx=approx: sor_model.predict(
+            p, data, config, X[:50], approx
+        )
     for name, program in programs.items():
         found = _product_precisions(jax.make_jaxpr(program)(params).jaxpr)
         assert len(found) >= 8, (name, found)  # the chunk loops' products are in there
