@@ -29,7 +29,7 @@ import os
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -141,6 +141,57 @@ def resolve_chain_method(chains: int, requested: str | None) -> str:
     return "sequential" if chains == 1 else "vectorized"
 
 
+#: The optimisers of the mode search (SciPy's names). Each runs from the same start and the lowest end
+#: with a positive-definite Hessian is kept. BFGS alone needs the fewest gradients (18–41 at N = 10³,
+#: 22–24 at N = 10⁴ and 10⁵ in 1-D) but its curvature estimate can carry it from the prior-median start
+#: out along the ridge of long lengthscales and large variance: on the 3-D data of
+#: ``benchmarks/ess_vs_numpyro.py`` (M = 64) it ended in a local minimum with σ = 0.275 at N = 2·10⁴
+#: (potential 2,901 against −2,545 at Newton-CG's end) and, at N = 5·10⁴ and 10⁵, in a region where the
+#: SoR potential is rounding noise (variance ~10¹⁰, indefinite Hessian; at N = 10⁵ potential 12,252
+#: against −14,008 at the mode). Newton-CG, whose Hessian-vector products are differences of the
+#: gradient, reached the mode in each of these (65–217 gradients at N ≤ 10⁵). Measured 26 Nov 2026.
+MODE_SEARCHES = ("BFGS", "Newton-CG")
+
+
+class _SearchEnd(NamedTuple):
+    """Where one optimiser of the mode search ended: u, the potential there and the Cholesky factor of the
+    Hessian there."""
+
+    u: jax.Array
+    value: float
+    L: jax.Array
+
+
+def _search_end(
+    objective, gradient, model_args, start, start_value, method, maxiter, dtype
+) -> _SearchEnd | str:
+    """One SciPy optimiser from ``start``; its end with the Hessian there (central differences of the
+    gradient, column by column, symmetrised), or a string saying why the end is not a candidate mode."""
+    from bayes_rbfn.gp import linalg
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # inf/NaN trial points: the line search steps back
+        result = scipy.optimize.minimize(
+            objective, start, jac=True, method=method, options={"maxiter": maxiter}
+        )
+    if not (np.all(np.isfinite(result.x)) and np.isfinite(result.fun)):
+        return "ended at a non-finite point"
+    if not result.fun <= start_value:
+        return "ended above its start"
+    u = jnp.asarray(result.x, dtype=dtype)
+    step = 1e-4 * jnp.maximum(1.0, jnp.abs(u))
+    eye = jnp.eye(u.shape[0], dtype=u.dtype)
+    columns = []
+    for i in range(u.shape[0]):
+        delta = step[i] * eye[i]
+        columns.append((gradient(u + delta, model_args) - gradient(u - delta, model_args)) / (2 * step[i]))
+    H = jnp.stack(columns, axis=1)
+    L = linalg.cholesky(0.5 * (H + H.T), 0.0)
+    if not bool(jnp.all(jnp.isfinite(L))):
+        return "the Hessian of the potential at its end is not positive definite"
+    return _SearchEnd(u, float(result.fun), L)
+
+
 def laplace_start(model: Any, model_args: tuple, seed: int = 0, *, maxiter: int = 200) -> tuple[dict, Any]:
     """The posterior mode in NumPyro's unconstrained space and the inverse Hessian there.
 
@@ -148,11 +199,13 @@ def laplace_start(model: Any, model_args: tuple, seed: int = 0, *, maxiter: int 
     on deep trees with tiny steps whenever the posterior is much narrower than the prior (a million data
     points: posterior sds ~1e-3 on the log scale). Started at the mode with the Laplace approximation's
     covariance H⁻¹ as its inverse mass matrix, its first step sizes are already of order one. The mode is
-    found by BFGS on the potential (−log joint density, data as arguments of one compiled program); H by
-    central differences of the gradient, column by column (the SoR family's hand-written reverse pass
-    has no forward mode), symmetrised and inverted through its Cholesky factor.
+    searched by SciPy's BFGS and by its Newton-CG on the potential (−log joint density, data as arguments
+    of one compiled program), both from the same start (:data:`MODE_SEARCHES`); the lower end where the
+    Hessian H is positive definite is kept. H comes from central differences of the gradient, column by
+    column (the SoR family's hand-written reverse pass has no forward mode), symmetrised and inverted
+    through its Cholesky factor.
 
-    The search is SciPy's BFGS on the host, each step one call of the compiled value and gradient
+    Each step of the search is one call of the compiled value and gradient on the host
     (:func:`~bayes_rbfn.infer.programs.by_program`: kept, so a refit compiles nothing). JAX's own BFGS
     compiled its line search with the potential into one program: the first mode search at N = 10³ took
     9–11 s, against 4.7–6.8 s now (NumPyro's initialisation included; 0.2–0.7 s once compiled, against
@@ -163,15 +216,16 @@ def laplace_start(model: Any, model_args: tuple, seed: int = 0, *, maxiter: int 
 
     Args:
         model: NumPyro model. model_args: its positional arguments. seed: PRNG seed of the median start
-            the optimiser begins from. maxiter: BFGS iterations at most.
+            the optimisers begin from. maxiter: iterations of each optimiser at most.
 
     Returns:
         (values, inverse_mass_matrix): constrained values of the latent sites at the mode (for
         ``init_to_value``) and the (P, P) inverse Hessian in NumPyro's order of the unconstrained sites.
 
     Raises:
-        FloatingPointError: when the optimiser ends at a non-finite point or the Hessian there is not
-            positive definite (the caller falls back to the median start).
+        FloatingPointError: when no optimiser ends at a finite point below its start with a positive
+            definite Hessian; the message gives each one's reason (the caller falls back to the median
+            start).
     """
     from jax.flatten_util import ravel_pytree
     from numpyro.infer.util import initialize_model
@@ -200,28 +254,20 @@ def laplace_start(model: Any, model_args: tuple, seed: int = 0, *, maxiter: int 
         return float(value), np.asarray(grad, dtype=np.float64)
 
     start = np.asarray(u0, dtype=np.float64)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # inf/NaN trial points: the line search steps back
-        result = scipy.optimize.minimize(
-            objective, start, jac=True, method="BFGS", options={"maxiter": maxiter, "gtol": 1e-5}
-        )
-    if not (np.all(np.isfinite(result.x)) and np.isfinite(result.fun)):
-        raise FloatingPointError("the posterior mode search ended at a non-finite point")
-    if not result.fun <= objective(start)[0]:
-        raise FloatingPointError("the posterior mode search ended above its start")
-    u = jnp.asarray(result.x, dtype=u0.dtype)
-    step = 1e-4 * jnp.maximum(1.0, jnp.abs(u))
-    eye = jnp.eye(u.shape[0], dtype=u.dtype)
-    columns = []
-    for i in range(u.shape[0]):
-        delta = step[i] * eye[i]
-        columns.append((gradient(u + delta, model_args) - gradient(u - delta, model_args)) / (2 * step[i]))
-    H = jnp.stack(columns, axis=1)
-    L = linalg.cholesky(0.5 * (H + H.T), 0.0)
-    if not bool(jnp.all(jnp.isfinite(L))):
-        raise FloatingPointError("the Hessian of the potential at the mode is not positive definite")
+    start_value = objective(start)[0]
+    best, failures = None, []
+    for method in MODE_SEARCHES:
+        end = _search_end(objective, gradient, model_args, start, start_value, method, maxiter, u0.dtype)
+        if isinstance(end, str):
+            failures.append(f"{method}: {end}")
+            continue
+        if best is None or end.value < best.value:
+            best = end
+    if best is None:
+        raise FloatingPointError(f"the posterior mode search found no mode ({'; '.join(failures)})")
+    u, eye = best.u, jnp.eye(best.u.shape[0], dtype=best.u.dtype)
     values = info.postprocess_fn(*model_args)(unravel(u))
-    return {k: values[k] for k in info.param_info.z}, linalg.cho_solve(L, eye)
+    return {k: values[k] for k in info.param_info.z}, linalg.cho_solve(best.L, eye)
 
 
 def window_estimates_full_rank(num_params: int, warmup: int, dense: bool) -> bool:
