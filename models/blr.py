@@ -170,6 +170,7 @@ def model(data: dict, config: ModelConfig) -> None:
     observe(ModelMarginal(log_density, simulate, values, data, config, data["X"].shape[:1]), data)
 
 
+@linalg.full_precision
 def simulate(key: jax.Array, sample_shape: tuple, params: dict, data: dict, config: ModelConfig) -> jax.Array:
     """Draws of y = c + Φ w + β^-½ ε with w ~ N(0, α⁻¹I), Bishop (3.52), (3.10): O(NM) each."""
     Phi = design_matrix(data["X"], data["Z"])

@@ -24,6 +24,7 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
+from bayes_rbfn.gp import linalg
 from bayes_rbfn.gp.kernels import Kernel
 from bayes_rbfn.models.families import KernelFamily
 
@@ -93,6 +94,7 @@ def sample_parameters(config: Any) -> dict[str, Any]:
     return values
 
 
+@linalg.full_precision
 def prior_mean(params: Mapping[str, Any], data: Mapping[str, Any], config: Any, X: jax.Array) -> jax.Array:
     """The prior mean m at the rows of X, shape (N,) (see the module docstring and ``ModelConfig.mean``)."""
     if config.mean == "linear":

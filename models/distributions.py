@@ -194,6 +194,7 @@ class SparseGP(_GaussianProcessMarginal):
         # One compiled program (also when NumPyro runs the model eagerly while initialising).
         return _sparse_log_prob(self, value)
 
+    @linalg.full_precision
     def sample(self, key: jax.Array, sample_shape: tuple[int, ...] = ()) -> jax.Array:
         """Draws of y, shape sample_shape + (N,): f = K_fu L_uu⁻ᵀ v (+ FITC's diagonal) + σε, O(NM) each.
 
@@ -283,6 +284,7 @@ class ExactGP(_GaussianProcessMarginal):
         logp = conditional.exact_log_marginal(self.kernel, self.X, value - self.loc, self.noise)
         return linalg.finite_or_neg_inf(logp)
 
+    @linalg.full_precision
     def sample(self, key: jax.Array, sample_shape: tuple[int, ...] = ()) -> jax.Array:
         L = conditional.exact_factor(self.kernel, self.X, self.noise)
         eps = jax.random.normal(key, (*sample_shape, self.X.shape[0]), dtype=self.X.dtype)

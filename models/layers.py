@@ -37,6 +37,7 @@ from bayes_rbfn.models.means import mean_vector
 __all__ = ["predict_rbfn", "rbfn"]
 
 
+@linalg.full_precision
 def rbfn(
     name: str, kernel: Kernel, X: Any, Z: Any, *, mean: Any = 0.0, jitter: float | None = None
 ) -> jax.Array:
@@ -97,6 +98,7 @@ def predict_rbfn(
 
     @jax.jit
     @jax.vmap
+    @linalg.full_precision
     def one(draw):
         return offset + make_kernel(draw)(X_test, Z) @ draw[key]
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpyro
 
+from bayes_rbfn.gp import linalg
 from bayes_rbfn.models import sor
 from bayes_rbfn.models.common import observe, prior_mean, sample_parameters
 from bayes_rbfn.models.layers import rbfn
@@ -60,6 +61,7 @@ def model(data: dict, config: ModelConfig) -> None:
         observe(config.likelihood.observe(f, values), data)
 
 
+@linalg.full_precision
 def predict(params: dict, data: dict, config: ModelConfig, X_test):
     """f* = m(x*) + K_*u α for this draw's weights (the latent, on the link scale); f_var = 0."""
     kernel = config.family.build(params)

@@ -224,6 +224,7 @@ vfe_model = _numpyro_model(
 # Augmented SoR
 
 
+@linalg.full_precision
 def augmented_sor_predict(
     factor: linalg.Woodbury,
     kernel,

@@ -111,3 +111,101 @@ def test_sor_pass_takes_its_products_at_full_precision(precision, dtype):
         assert len(found) >= 8, (name, found)  # the chunk loops' products are in there
         highest = (jax.lax.Precision.HIGHEST, jax.lax.Precision.HIGHEST)
         assert all(p == highest for p in found), (name, found)
+
+
+def _outside_the_sor_pass(dtype: str) -> dict:
+    """Programs of the exact GP, BLR, the RBFN layer and model, the analytic layer, interpolation and the
+    distributions' simulators, in ``dtype``: name → (function, argument)."""
+    import numpyro.distributions as dist
+    from numpyro.infer.util import log_density
+
+    from bayes_rbfn.gp import conditional, interpolation, kernels, sparse
+    from bayes_rbfn.models import ModelConfig, blr, exact, rbfn, sparse_models
+    from bayes_rbfn.models.distributions import ExactGP, SparseGP
+    from bayes_rbfn.models.families import FAMILIES
+
+    rng = np.random.default_rng(0)
+    X = jnp.asarray(rng.uniform(0.0, 10.0, (300, 1)), dtype)
+    y = jnp.sin(X[:, 0])
+    Z = jnp.asarray(np.linspace(0.5, 9.5, 16)[:, None], dtype)
+    one = jnp.ones((), dtype)
+    key = jax.random.PRNGKey(0)
+    data = {"X": X, "y": y, "Z": Z, "y_offset": 0 * one, "x_centre": 0 * one}
+    theta = {"lengthscale": one, "variance": one, "noise": 0.3 * one}
+    lognormal = dist.LogNormal(0.0, 1.0)
+    config = ModelConfig(family=FAMILIES["se"], priors=dict.fromkeys(theta, lognormal))
+    blr_config = ModelConfig(family=blr.FAMILY, priors={})
+    blr_theta = {"alpha": one, "beta": 4 * one}
+    kernel = kernels.SquaredExponential(one, one)
+    return {
+        "exact log density + gradient": (
+            jax.value_and_grad(lambda p: exact.log_density(p, data, config)),
+            theta,
+        ),
+        "exact predict": (lambda p: exact.predict(p, data, config, X[:50]), theta),
+        "exact LOO": (lambda p: exact.log_likelihood(p, data, config), theta),
+        "blr log density + gradient": (
+            jax.value_and_grad(lambda p: blr.log_density(p, data, blr_config)),
+            blr_theta,
+        ),
+        "blr predict": (lambda p: blr.predict(p, data, blr_config, X[:50]), blr_theta),
+        "blr simulate": (lambda p: blr.simulate(key, (3,), p, data, blr_config), blr_theta),
+        "rbfn model log density + gradient": (
+            jax.value_and_grad(lambda p: log_density(rbfn.model, (data, config), {}, p)[0]),
+            dict(theta, f_v=jnp.zeros(16, dtype)),
+        ),
+        "rbfn predict": (
+            lambda p: rbfn.predict(p, data, config, X[:50]),
+            dict(theta, f_alpha=jnp.zeros(16, dtype)),
+        ),
+        "ExactGP sample": (lambda n: ExactGP(kernel, X, n).sample(key, (3,)), 0.3 * one),
+        "SparseGP sample": (lambda n: SparseGP(kernel, X, Z, n).sample(key, (3,)), 0.3 * one),
+        "augmented SoR predict": (lambda p: sparse_models.asor_predict(p, data, config, X[:50]), theta),
+        "analytic exact_gp": (lambda n: conditional.exact_gp(kernel, X, y, n, X[:50]).mean, 0.3 * one),
+        "analytic sor": (lambda n: conditional.sor(kernel, X, y, Z, n, X[:50]).mean, 0.3 * one),
+        "analytic rbfn_weights": (lambda n: conditional.rbfn_weights(kernel, X, y, Z, n).mean, 0.3 * one),
+        "analytic rbf_ridge": (lambda n: conditional.rbf_ridge(kernel, X, y, Z, n, X[:50]), 0.3 * one),
+        "analytic FITC": (lambda n: sparse.fitc(kernel, X, y, Z, n, X[:50]).mean, 0.3 * one),
+        "interpolate": (
+            lambda f: interpolation.interpolate(interpolation.ThinPlate(), X[:40], f, degree=1)(X[:20]),
+            y[:40],
+        ),
+    }
+
+
+OUTSIDE_THE_SOR_PASS = (
+    "exact log density + gradient",
+    "exact predict",
+    "exact LOO",
+    "blr log density + gradient",
+    "blr predict",
+    "blr simulate",
+    "rbfn model log density + gradient",
+    "rbfn predict",
+    "ExactGP sample",
+    "SparseGP sample",
+    "augmented SoR predict",
+    "analytic exact_gp",
+    "analytic sor",
+    "analytic rbfn_weights",
+    "analytic rbf_ridge",
+    "analytic FITC",
+    "interpolate",
+)
+
+
+@pytest.mark.parametrize("name", OUTSIDE_THE_SOR_PASS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_products_outside_the_sor_pass_are_at_full_precision(dtype, name):
+    """The rest of the package follows the same precision policy
+    (:func:`bayes_rbfn.gp.linalg.full_precision`). Before it, 52 products in 16 of these 17 programs took
+    JAX's default, TF32 for float32 on a GPU (among them the RBFN layer's K_fu α and the exact GP's
+    predictive mean and LOO). ``predict_rbfn``, a host loop over jitted batches, is decorated alike but
+    cannot be traced whole."""
+    programs = _outside_the_sor_pass(dtype)
+    assert set(programs) == set(OUTSIDE_THE_SOR_PASS)
+    program, argument = programs[name]
+    found = _product_precisions(jax.make_jaxpr(program)(argument).jaxpr)
+    assert found, name
+    highest = (jax.lax.Precision.HIGHEST, jax.lax.Precision.HIGHEST)
+    assert all(p == highest for p in found), (name, found)

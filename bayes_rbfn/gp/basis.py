@@ -233,6 +233,7 @@ def eigen_basis(
 
 
 @partial(jax.jit, static_argnames=("jitter",))
+@linalg.full_precision
 def _eigen_basis(
     kernel: Kernel, centres: jax.Array, X: jax.Array, num: int, tol: float, jitter: float
 ) -> tuple[jax.Array, jax.Array]:

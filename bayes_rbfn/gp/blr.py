@@ -83,6 +83,7 @@ class BLRPosterior:
 
 
 @jax.jit
+@linalg.full_precision
 def _cov_from_chol(L: jax.Array) -> jax.Array:
     R = linalg.solve_lower(L, jnp.eye(L.shape[0], dtype=L.dtype))
     return R.T @ R
@@ -157,6 +158,7 @@ def _gaussian_basis(X: jax.Array, centres: jax.Array, width: jax.Array, bias: bo
 
 
 @jax.jit
+@linalg.full_precision
 def posterior_unchecked(Phi: jax.Array, t: jax.Array, alpha: jax.Array, beta: jax.Array) -> BLRPosterior:
     A = alpha * jnp.eye(Phi.shape[1], dtype=Phi.dtype) + beta * (Phi.T @ Phi)
     # A ⪰ αI: no jitter needed (see the module docstring).
@@ -212,6 +214,7 @@ def predictive(
 
 
 @partial(jax.jit, static_argnames=("full_cov", "include_noise"))
+@linalg.full_precision
 def predictive_unchecked(
     Phi_test: jax.Array, post: BLRPosterior, beta: jax.Array, full_cov: bool, include_noise: bool
 ) -> Gaussian:
@@ -250,6 +253,7 @@ def equivalent_kernel(Phi1: Any, Phi2: Any, posterior: BLRPosterior, beta: Any) 
 
 
 @jax.jit
+@linalg.full_precision
 def _equivalent_kernel(Phi1: jax.Array, Phi2: jax.Array, post: BLRPosterior, beta: jax.Array) -> jax.Array:
     return beta * (post.whiten(Phi1).T @ post.whiten(Phi2))
 
@@ -274,6 +278,7 @@ def log_evidence(Phi: Any, t: Any, alpha: Any, beta: Any) -> jax.Array:
 
 
 @jax.jit
+@linalg.full_precision
 def _log_evidence(Phi: jax.Array, t: jax.Array, alpha: jax.Array, beta: jax.Array) -> jax.Array:
     N, M = Phi.shape
     post = posterior_unchecked(Phi, t, alpha, beta)

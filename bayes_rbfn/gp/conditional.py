@@ -94,6 +94,7 @@ def raise_if_not_finite(result: Any, what: str, hint: str = _NOT_FACTORISED) -> 
 # General conditioning step
 
 
+@linalg.full_precision
 def condition_gaussian(
     S_aa: Any, S_ab: Any, S_bb: Any, a: Any, mean_a: Any = 0.0, mean_b: Any = 0.0, full_cov: bool = True
 ) -> Gaussian:
@@ -137,6 +138,7 @@ def exact_log_marginal(kernel: Kernel, X: jax.Array, y: jax.Array, noise: jax.Ar
     return linalg.gaussian_logpdf_from_chol(exact_factor(kernel, X, noise), y)
 
 
+@linalg.full_precision
 def exact_predict(
     kernel: Kernel, X: jax.Array, y: jax.Array, noise: jax.Array, X_test: jax.Array, full_cov: bool = True
 ) -> Gaussian:
@@ -165,6 +167,7 @@ def exact_loo(kernel: Kernel, X: jax.Array, y: jax.Array, noise: jax.Array) -> j
 # SoR / Bayesian RBFN (traceable; the data pass is bayes_rbfn.gp.parallel's)
 
 
+@linalg.full_precision
 def sor_predict(
     factor: linalg.Woodbury,
     kernel: Kernel,
@@ -331,6 +334,7 @@ def sor(
     return result
 
 
+@linalg.full_precision
 def rbfn_weights(kernel: Kernel, X: Any, y: Any, Z: Any, noise: Any, jitter: float | None = None) -> Gaussian:
     """Posterior of the RBFN weights α | y ~ N(Σ K_uf y/σ², Σ), Σ = (K_uf K_fu/σ² + K_uu)⁻¹ (DESIGN §3.2).
 
@@ -366,6 +370,7 @@ def nystrom_krr(
     return mean
 
 
+@linalg.full_precision
 def rbf_ridge(
     kernel: Kernel, X: Any, y: Any, Z: Any, noise: Any, X_test: Any, jitter: float | None = None
 ) -> jax.Array:

@@ -184,6 +184,7 @@ class Interpolant:
 
 
 @jax.jit
+@linalg.full_precision
 def _evaluate(interp: Interpolant, Y: jax.Array) -> jax.Array:
     value = interp.kernel(Y, interp.X) @ interp.coef
     if interp.degree is not None:
@@ -373,6 +374,7 @@ def native_norm(interpolant: Interpolant) -> jax.Array:
 
 
 @jax.jit
+@linalg.full_precision
 def _native_norm(interpolant: Interpolant) -> jax.Array:
     c = interpolant.coef
     K = interpolant.kernel(interpolant.X, interpolant.X)

@@ -215,12 +215,12 @@ def _over_data(fn: Callable, mesh: Mesh | None) -> Callable:
     runs ``fn`` on its slice; ``sums`` (a pytree of arrays added over points) are ``psum``-reduced, and
     ``per_point`` outputs stay split like the data. The N mod (devices) points an even split leaves over are
     handled by ``fn`` on the whole mesh, so any N works (N divisible by the device count avoids it).
-    Its products are traced at full precision (:func:`_full_precision`).
+    Its products are traced at full precision (:func:`~bayes_rbfn.gp.linalg.full_precision`).
     """
     if mesh is None:
-        return _full_precision(fn)
+        return linalg.full_precision(fn)
 
-    @_full_precision
+    @linalg.full_precision
     def run(shared, X, y, w):
         N = X.shape[0]
         n_main = (N // mesh.shape[DATA_AXIS]) * mesh.shape[DATA_AXIS]
@@ -327,12 +327,12 @@ def _summed_over_data(fn: Callable, mesh: Mesh | None, N: int, C: int) -> Callab
     ω = 0 (``w`` is then never None inside), so they add exact zeros. With a mesh each device takes
     n_blocks / devices whole blocks; the block sums are placed at their block index in a zero array and
     ``psum``-reduced (x + 0 = x exactly), then folded in block order like the single-device sums. Its
-    products are traced at full precision (:func:`_full_precision`).
+    products are traced at full precision (:func:`~bayes_rbfn.gp.linalg.full_precision`).
     """
     n_dev, n_blocks = _block_count(mesh, N, C)
     C_eff, per_block, N_pad = _layout(N, C, n_blocks)
 
-    @_full_precision
+    @linalg.full_precision
     def run(shared, X, y, w):
         if N_pad > N and w is None:
             w = jnp.ones(y.shape, y.dtype)
@@ -388,26 +388,6 @@ def check_precision(precision: Any) -> str:
     if not (isinstance(precision, str) and precision in PRECISIONS):
         raise ValueError(f"precision: expected one of {', '.join(map(repr, PRECISIONS))}, got {precision!r}")
     return precision
-
-
-def _full_precision(fn: Callable) -> Callable:
-    """``fn`` with its matrix products traced at full precision, whatever the dtype.
-
-    JAX's default lets a GPU round the inputs of float32 products to TF32 (a 10-bit mantissa); a CPU is not
-    affected. On an H100 that made the mixed log density wrong by ~1e-6 relative with well-separated
-    inducing inputs and by O(1) with dense ones, against ≤ 2e-9 and ~5e-5 at full float32 precision, as on
-    a CPU (benchmarks/results/mixed_precision_gpu_h100_tf32.md against mixed_precision_gpu_h100.md); on an
-    H200 the plain float32 pass's sums differed from full float32 ones by 5e-4 relative. Every pass over
-    the data is traced under it (:func:`_over_data`, :func:`_summed_over_data`): float64 products are
-    exact in either setting, so only float32 work changes, and only off the CPU.
-    """
-
-    @functools.wraps(fn)
-    def traced(*args):
-        with jax.default_matmul_precision("highest"):
-            return fn(*args)
-
-    return traced
 
 
 def _low(tree: Any, precision: str) -> Any:
@@ -544,7 +524,7 @@ def _streamed(
         rest = [] if w is None else [w]
         return _blocked(body, carry0, n_blocks, per_block, C_eff, X, y, *rest)
 
-    @_full_precision
+    @linalg.full_precision
     def sums(kernel, Z, Luu, X, y, w):
         W = linalg.solve_lower(Luu, _identity_like(Luu))
         S, r = _summed_over_data(local_sums, mesh, X.shape[0], C)((kernel, Z, W), X, y, w)[0]
@@ -552,7 +532,7 @@ def _streamed(
             S, r = W @ S @ W.T, W @ r
         return 0.5 * (S + S.T), r, W
 
-    @_full_precision
+    @linalg.full_precision
     def backward(kernel, Z, X, y, w, W, AAt, Ay, G, g, m, s):
         """Cotangents of (kernel, Z, L_uu, X, y, w) from those of the sums (and of the residual sum)."""
         # Every cotangent is formed; XLA drops those nobody uses (the data's, inside NUTS).
@@ -586,7 +566,7 @@ def _streamed(
         f.defvjp(fwd, bwd)
         return f
 
-    @_full_precision
+    @linalg.full_precision
     def forward(kernel, Z, Luu, X, y, w, d0):
         AAt, Ay, W = sums(kernel, Z, Luu, X, y, w)
         m = _weight_mean(AAt / d0, Ay / d0, Luu)
@@ -597,7 +577,7 @@ def _streamed(
     def f_res(kernel, Z, Luu, X, y, w, d0):
         return forward(kernel, Z, Luu, X, y, w, d0)[0]
 
-    @_full_precision
+    @linalg.full_precision
     def bwd_res(res, ct):
         kernel, Z, Luu, X, y, w, d0, W, AAt, Ay, m, u = res
         G, g, s = ct
@@ -1061,6 +1041,7 @@ def sor_loo(
     return loo if mask is None else jnp.where(mask, loo, 0.0)
 
 
+@linalg.full_precision
 def weight_space_moments(
     R: jax.Array, weights: jax.Array, Kus: jax.Array, full_cov: bool = False
 ) -> tuple[jax.Array, jax.Array, jax.Array | None]:
