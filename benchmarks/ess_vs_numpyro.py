@@ -248,9 +248,18 @@ def run_one(name: str, N: int, D: int, M: int, seed: int, args, clock) -> dict:
     priors = get_family("se").default_priors(data_scales(X, y))
     compiled_before = dict(clock.seconds)
     load = os.getloadavg()[0]
+    caught = []
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        """Keep the warning for the record and print it now: a run that never ends (a fallback to the
+        median start at 10⁵ points) still says why."""
+        caught.append(warnings.WarningMessage(message, category, filename, lineno))
+        print(f"N={N:,} D={D} {name}: {category.__name__}: {str(message)[:300]}", file=sys.stderr, flush=True)
+
     try:
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings():
             warnings.simplefilter("always")
+            warnings.showwarning = show
             wall, posterior, gradients, divergences = RUNNERS[name](X, y, Z, priors, args, seed)
     except Exception as err:  # a failed run (memory, a backend error) is reported, the benchmark goes on
         return {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc(limit=5)}
