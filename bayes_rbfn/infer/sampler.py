@@ -163,10 +163,11 @@ class _SearchEnd(NamedTuple):
 
 
 def _search_end(
-    objective, gradient, model_args, start, start_value, method, maxiter, dtype
-) -> _SearchEnd | str:
+    objective, gradient, model_args, start, start_value, method, maxiter, dtype, to_beat=np.inf
+) -> _SearchEnd | str | None:
     """One SciPy optimiser from ``start``; its end with the Hessian there (central differences of the
-    gradient, column by column, symmetrised), or a string saying why the end is not a candidate mode."""
+    gradient, column by column, symmetrised), a string saying why the end is not a candidate mode, or
+    None when the end is no lower than ``to_beat`` (the best end so far: its Hessian is not needed)."""
     from bayes_rbfn.gp import linalg
 
     with warnings.catch_warnings():
@@ -178,6 +179,8 @@ def _search_end(
         return "ended at a non-finite point"
     if not result.fun <= start_value:
         return "ended above its start"
+    if result.fun >= to_beat:
+        return None
     u = jnp.asarray(result.x, dtype=dtype)
     step = 1e-4 * jnp.maximum(1.0, jnp.abs(u))
     eye = jnp.eye(u.shape[0], dtype=u.dtype)
@@ -257,11 +260,13 @@ def laplace_start(model: Any, model_args: tuple, seed: int = 0, *, maxiter: int 
     start_value = objective(start)[0]
     best, failures = None, []
     for method in MODE_SEARCHES:
-        end = _search_end(objective, gradient, model_args, start, start_value, method, maxiter, u0.dtype)
+        to_beat = np.inf if best is None else best.value
+        end = _search_end(
+            objective, gradient, model_args, start, start_value, method, maxiter, u0.dtype, to_beat
+        )
         if isinstance(end, str):
             failures.append(f"{method}: {end}")
-            continue
-        if best is None or end.value < best.value:
+        elif end is not None:
             best = end
     if best is None:
         raise FloatingPointError(f"the posterior mode search found no mode ({'; '.join(failures)})")
