@@ -383,13 +383,23 @@ def _stat(state: Any, field: str) -> jax.Array:
     return value
 
 
-def chain_advance(kernel: Any) -> Callable[[Any, tuple, int], tuple[Any, dict]]:
+def chain_advance(kernel: Any, batched: bool = False) -> Callable[[Any, tuple, int], tuple[Any, dict]]:
     """``advance(state, model_args, length)`` → (state after ``length`` NUTS iterations, what each
-    iteration left: ``{"z": {site: (length, ...)}, stat: (length,)}`` for the :data:`STAT_FIELDS`)."""
+    iteration left: ``{"z": {site: (length, ...)}, stat: (length,)}`` for the :data:`STAT_FIELDS`).
+
+    With ``batched``, ``state`` and every array of ``model_args`` carry a leading axis of independent
+    chains, each with its own data (SBC's replications), and what is left is ``(length, chains, ...)``:
+    the transition is vmapped inside the scan. (A vmap of the whole scan gives the same draws but batches
+    NUTS's nested while loops again in every round of the scan's batching fixpoint: for SBC's models it
+    traced in 6–9 s instead of ~2 s, and compiled longer.)
+    """
+    transition = lambda s, args: kernel.sample(s, args, {})  # noqa: E731
+    if batched:
+        transition = jax.vmap(transition)
 
     def advance(state: Any, model_args: tuple, length: int) -> tuple[Any, dict]:
         def step(s: Any, _: None) -> tuple[Any, dict]:
-            s = kernel.sample(s, model_args, {})
+            s = transition(s, model_args)
             return s, {"z": s.z, **{f: _stat(s, f) for f in STAT_FIELDS}}
 
         return jax.lax.scan(step, state, None, length=length)

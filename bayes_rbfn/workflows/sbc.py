@@ -33,8 +33,9 @@ get independent N(0, (k² − 1)σ²) noise added, so y = f + kσε exactly for 
 fit keeps σ: the posterior of σ is pushed up against the truth and SBC must reject.
 
 All R fits run at once: the package's one NUTS loop (:func:`bayes_rbfn.infer.sampler.chain_init` and
-:func:`~bayes_rbfn.infer.sampler.chain_advance`, with y as the model's argument) is ``jax.vmap``-ed over
-replications inside one ``jit`` — no Python loop of MCMC runs. Under ``vmap`` every NUTS step costs as
+:func:`~bayes_rbfn.infer.sampler.chain_advance`, with y as the model's argument) advances every
+replication in each of its steps (the transition ``jax.vmap``-ed inside the loop's scan), inside one
+``jit`` — no Python loop of MCMC runs. Under ``vmap`` every NUTS step costs as
 much as the longest trajectory among the replications.
 
 References
@@ -315,7 +316,7 @@ def _run(
 
     Each replication is one chain of the package's NUTS loop (:func:`bayes_rbfn.infer.sampler.chain_init`
     and :func:`~bayes_rbfn.infer.sampler.chain_advance`, the very steps ``fit`` runs) on its own simulated
-    data, and the replications are vmapped together.
+    data: the initialisations are vmapped, and each step of the loop advances every replication at once.
     """
     from numpyro.infer import NUTS, init_to_median
 
@@ -326,13 +327,14 @@ def _run(
         max_tree_depth=max_tree_depth,
         init_strategy=init_to_median(num_samples=15),
     )
-    init, advance = chain_init(kernel, warmup), chain_advance(kernel)
+    init, advance = chain_init(kernel, warmup), chain_advance(kernel, batched=True)
+    states = jax.vmap(lambda key, y: init(jax.random.split(key)[1], (y,)))(keys, y_sim)
+    # One scan over warm-up and draws (NUTS's adaptation follows the iteration count in its state).
+    _, run = advance(states, (y_sim,), warmup + draws)
+    drawn = jax.tree_util.tree_map(lambda a: jnp.swapaxes(a[warmup:], 0, 1), run)  # (R, draws, ...)
 
-    def one(key, true_values, y):
-        state = init(jax.random.split(key)[1], (y,))
-        state, _ = advance(state, (y,), warmup)
-        _, drawn = advance(state, (y,), draws)
-        kept = jax.tree_util.tree_map(lambda a: a[thin - 1 :: thin], drawn["z"])
+    def ranks(z, diverging, true_values, y):
+        kept = jax.tree_util.tree_map(lambda a: a[thin - 1 :: thin], z)
 
         def quantities(values):
             return jnp.append(_flatten(values, sites), _log_lik(model_fn, observed, values, y))
@@ -340,9 +342,9 @@ def _run(
         constrained = jax.vmap(kernel.postprocess_fn((y,), {}))(kept)
         posterior = jax.vmap(quantities)(constrained)
         true_q = quantities(true_values)
-        return jnp.sum(posterior < true_q[None, :], axis=0), jnp.sum(drawn["diverging"])
+        return jnp.sum(posterior < true_q[None, :], axis=0), jnp.sum(diverging)
 
-    return jax.vmap(one)(keys, truth, y_sim)
+    return jax.vmap(ranks)(drawn["z"], drawn["diverging"], truth, y_sim)
 
 
 def _check_settings(

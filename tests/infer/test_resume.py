@@ -216,6 +216,45 @@ def test_the_nuts_loop_equals_numpyro_mcmc_draw_for_draw(tmp_path, model, chains
     assert snapshot(tmp_path / "c7") == before
 
 
+def test_the_batched_loop_gives_each_chain_the_draws_of_its_own_run():
+    """``chain_advance(kernel, batched=True)`` — SBC's loop: one step advances every chain, each on its own
+    data — gives each chain the draws (to 1e-9) of NumPyro's MCMC.run of that chain alone on its data."""
+    import numpyro
+    import numpyro.distributions as dist
+    from numpyro.infer import MCMC, NUTS, init_to_median
+
+    from bayes_rbfn.infer.sampler import chain_advance, chain_init
+
+    def model(y):
+        mu = numpyro.sample("mu", dist.Normal(0.0, 2.0))
+        s = numpyro.sample("s", dist.LogNormal(0.0, 1.0))
+        numpyro.sample("y", dist.Normal(mu, s).expand([y.shape[0]]).to_event(1), obs=y)
+
+    warmup, draws = 15, 15
+    rng = np.random.default_rng(3)
+    ys = jax.numpy.asarray(rng.normal([[-1.0], [0.5], [2.0]], [[0.3], [1.0], [2.0]], size=(3, 12)))
+    keys = jax.random.split(jax.random.PRNGKey(4), 3)
+    kernel = NUTS(model, init_strategy=init_to_median(num_samples=15))
+    init, advance = chain_init(kernel, warmup), chain_advance(kernel, batched=True)
+    states = jax.vmap(lambda key, y: init(key, (y,)))(keys, ys)
+    _, run = advance(states, (ys,), warmup + draws)  # leaves (iterations, chains, ...)
+    mcmc = MCMC(
+        NUTS(model, init_strategy=init_to_median(num_samples=15)),
+        num_warmup=warmup,
+        num_samples=draws,
+        progress_bar=False,
+        jit_model_args=True,
+    )
+    for chain in range(3):
+        mcmc.run(keys[chain], ys[chain], extra_fields=("potential_energy",))
+        expected = mcmc.get_samples()
+        np.testing.assert_allclose(run["z"]["mu"][warmup:, chain], expected["mu"], rtol=1e-9)
+        np.testing.assert_allclose(np.exp(run["z"]["s"][warmup:, chain]), expected["s"], rtol=1e-9)
+        np.testing.assert_allclose(
+            run["potential_energy"][warmup:, chain], mcmc.get_extra_fields()["potential_energy"], rtol=1e-9
+        )
+
+
 # --------------------------------------------------------------------------------------------------
 # The command line: kill, Ctrl-C, resume
 
