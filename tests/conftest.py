@@ -61,27 +61,29 @@ def rng():
     return np.random.default_rng(20261122)
 
 
-#: Seconds each of the heaviest test files took in a cold run of the suite (24 Nov 2026 night, 2 cores,
-#: both busy; BAYES_RBFN_TEST_DURATIONS). Files start heaviest first, so that ``-n 2 --dist loadfile``
-#: hands the long ones out early and its two processes finish together (longest-processing-time-first
-#: scheduling); the order within a file is kept. Files not listed follow in their collection order.
+#: Seconds each of the heaviest test files took in a cold run of the suite (26 Nov 2026 morning, clean clone,
+#: 2-core AMD EPYC, both cores busy; the two SBC files scaled by 0.63, the share of their time left after
+#: SBC's loop stopped vmapping the whole NUTS scan, measured alone). Files start heaviest first, so that
+#: ``-n 2 --dist loadfile`` hands the long ones out early and its two processes finish together
+#: (longest-processing-time-first scheduling); the order within a file is kept. Files not listed follow in
+#: their collection order.
 FILE_SECONDS = {
-    "infer/test_mcmc.py": 281,
-    "workflows/test_sbc_models.py": 252,
-    "infer/test_resume.py": 202,
-    "test_notebooks.py": 181,
-    "cli/test_cli.py": 157,
-    "gp/test_parallel.py": 155,
-    "workflows/test_sbc.py": 139,
-    "gp/test_adversarial.py": 97,
-    "gp/test_small_noise.py": 93,
-    "workflows/test_compare.py": 73,
-    "models/test_generative.py": 73,
-    "models/test_sparse_models.py": 73,
-    "gp/test_sparse.py": 69,
-    "cli/test_cli_compare.py": 53,
-    "gp/test_identities.py": 52,
-    "cli/test_cli_lock.py": 47,
+    "infer/test_mcmc.py": 403,
+    "infer/test_resume.py": 390,
+    "gp/test_parallel.py": 358,
+    "cli/test_cli.py": 348,
+    "workflows/test_sbc_models.py": 290,
+    "test_notebooks.py": 279,
+    "gp/test_small_noise.py": 193,
+    "gp/test_adversarial.py": 188,
+    "models/test_generative.py": 128,
+    "gp/test_sparse.py": 118,
+    "workflows/test_compare.py": 111,
+    "models/test_sparse_models.py": 100,
+    "workflows/test_sbc.py": 100,
+    "cli/test_cli_lock.py": 99,
+    "cli/test_cli_compare.py": 81,
+    "gp/test_identities.py": 77,
 }
 
 
