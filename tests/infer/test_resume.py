@@ -218,7 +218,9 @@ def test_the_nuts_loop_equals_numpyro_mcmc_draw_for_draw(tmp_path, model, chains
 
 def test_the_batched_loop_gives_each_chain_the_draws_of_its_own_run():
     """``chain_advance(kernel, batched=True)`` — SBC's loop: one step advances every chain, each on its own
-    data — gives each chain the draws (to 1e-9) of NumPyro's MCMC.run of that chain alone on its data."""
+    data — gives each chain the draws (to 1e-9) of the unbatched loop run on that chain's data alone, which
+    for the first chain are NumPyro's MCMC.run draws (the loop itself is checked against MCMC.run draw for
+    draw above)."""
     import numpyro
     import numpyro.distributions as dist
     from numpyro.infer import MCMC, NUTS, init_to_median
@@ -235,24 +237,31 @@ def test_the_batched_loop_gives_each_chain_the_draws_of_its_own_run():
     ys = jax.numpy.asarray(rng.normal([[-1.0], [0.5], [2.0]], [[0.3], [1.0], [2.0]], size=(3, 12)))
     keys = jax.random.split(jax.random.PRNGKey(4), 3)
     kernel = NUTS(model, init_strategy=init_to_median(num_samples=15))
-    init, advance = chain_init(kernel, warmup), chain_advance(kernel, batched=True)
-    states = jax.vmap(lambda key, y: init(key, (y,)))(keys, ys)
-    _, run = advance(states, (ys,), warmup + draws)  # leaves (iterations, chains, ...)
-    mcmc = MCMC(
-        NUTS(model, init_strategy=init_to_median(num_samples=15)),
-        num_warmup=warmup,
-        num_samples=draws,
-        progress_bar=False,
-        jit_model_args=True,
-    )
+    init = chain_init(kernel, warmup)
+    advance_all, advance_one = chain_advance(kernel, batched=True), chain_advance(kernel)
+
+    @jax.jit  # as in SBC: one program, the initialisations vmapped, then the batched loop
+    def batched_run(keys, ys):
+        states = jax.vmap(lambda key, y: init(key, (y,)))(keys, ys)
+        return advance_all(states, (ys,), warmup + draws)[1]  # leaves (iterations, chains, ...)
+
+    @jax.jit
+    def single_run(key, y):
+        return advance_one(init(key, (y,)), (y,), warmup + draws)[1]  # leaves (iterations, ...)
+
+    run = batched_run(keys, ys)
     for chain in range(3):
-        mcmc.run(keys[chain], ys[chain], extra_fields=("potential_energy",))
-        expected = mcmc.get_samples()
-        np.testing.assert_allclose(run["z"]["mu"][warmup:, chain], expected["mu"], rtol=1e-9)
-        np.testing.assert_allclose(np.exp(run["z"]["s"][warmup:, chain]), expected["s"], rtol=1e-9)
-        np.testing.assert_allclose(
-            run["potential_energy"][warmup:, chain], mcmc.get_extra_fields()["potential_energy"], rtol=1e-9
-        )
+        alone = single_run(keys[chain], ys[chain])
+        for name in ("mu", "s"):
+            np.testing.assert_allclose(run["z"][name][:, chain], alone["z"][name], rtol=1e-9, err_msg=name)
+        np.testing.assert_allclose(run["potential_energy"][:, chain], alone["potential_energy"], rtol=1e-9)
+    mcmc = MCMC(kernel, num_warmup=warmup, num_samples=draws, progress_bar=False)
+    mcmc.run(keys[0], ys[0], extra_fields=("potential_energy",))
+    np.testing.assert_allclose(run["z"]["mu"][warmup:, 0], mcmc.get_samples()["mu"], rtol=1e-9)
+    np.testing.assert_allclose(np.exp(run["z"]["s"][warmup:, 0]), mcmc.get_samples()["s"], rtol=1e-9)
+    np.testing.assert_allclose(
+        run["potential_energy"][warmup:, 0], mcmc.get_extra_fields()["potential_energy"], rtol=1e-9
+    )
 
 
 # --------------------------------------------------------------------------------------------------
