@@ -391,7 +391,7 @@ def chain_advance(kernel: Any, batched: bool = False) -> Callable[[Any, tuple, i
     chains, each with its own data (SBC's replications), and what is left is ``(length, chains, ...)``:
     the transition is vmapped inside the scan. (A vmap of the whole scan gives the same draws but batches
     NUTS's nested while loops again in every round of the scan's batching fixpoint: for SBC's models it
-    traced in 6–9 s instead of ~2 s, and compiled longer.)
+    traced in 6–9 s instead of 3–5 s, and compiled longer.)
     """
     transition = lambda s, args: kernel.sample(s, args, {})  # noqa: E731
     if batched:

@@ -255,7 +255,12 @@ def test_the_batched_loop_gives_each_chain_the_draws_of_its_own_run():
         for name in ("mu", "s"):
             np.testing.assert_allclose(run["z"][name][:, chain], alone["z"][name], rtol=1e-9, err_msg=name)
         np.testing.assert_allclose(run["potential_energy"][:, chain], alone["potential_energy"], rtol=1e-9)
-    mcmc = MCMC(kernel, num_warmup=warmup, num_samples=draws, progress_bar=False)
+    mcmc = MCMC(
+        NUTS(model, init_strategy=init_to_median(num_samples=15)),
+        num_warmup=warmup,
+        num_samples=draws,
+        progress_bar=False,
+    )
     mcmc.run(keys[0], ys[0], extra_fields=("potential_energy",))
     np.testing.assert_allclose(run["z"]["mu"][warmup:, 0], mcmc.get_samples()["mu"], rtol=1e-9)
     np.testing.assert_allclose(np.exp(run["z"]["s"][warmup:, 0]), mcmc.get_samples()["s"], rtol=1e-9)
