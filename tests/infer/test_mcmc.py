@@ -505,8 +505,20 @@ def _simulate_groups(base=11):
 def grouped_fit():
     X, y, group, true_ls = _simulate_groups()
     Z = np.linspace(0, 10, 25)
+    # One chain after the other: on one CPU device the vectorised chains of this model (each step as long
+    # as the longer of the two trees, both evaluated) took 95 s against 52 s (26 Nov 2026, 2 cores).
     idata = _fit(
-        "grouped", X, y, group=group, Z=Z, chains=2, draws=500, warmup=500, seed=seed(6), target_accept=0.9
+        "grouped",
+        X,
+        y,
+        group=group,
+        Z=Z,
+        chains=2,
+        draws=500,
+        warmup=500,
+        seed=seed(6),
+        target_accept=0.9,
+        chain_method="sequential",
     )
     return X, y, group, true_ls, idata
 
