@@ -506,7 +506,8 @@ def grouped_fit():
     X, y, group, true_ls = _simulate_groups()
     Z = np.linspace(0, 10, 25)
     # One chain after the other: on one CPU device the vectorised chains of this model (each step as long
-    # as the longer of the two trees, both evaluated) took 95 s against 52 s (26 Nov 2026, 2 cores).
+    # as the longer of the two trees, both evaluated) took 73 s against 54 s warm, interleaved in one
+    # process (26 Nov 2026, 2 cores).
     idata = _fit(
         "grouped",
         X,
