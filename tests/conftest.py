@@ -61,29 +61,28 @@ def rng():
     return np.random.default_rng(20261122)
 
 
-#: Seconds each of the heaviest test files took in a cold run of the suite (26 Nov 2026 morning, clean clone,
-#: 2-core AMD EPYC, both cores busy; the two SBC files scaled by 0.63, the share of their time left after
-#: SBC's loop stopped vmapping the whole NUTS scan, measured alone). Files start heaviest first, so that
+#: Seconds each of the heaviest test files took in a cold run of the suite (26 Nov 2026 late morning, clean
+#: clone of 4caf2b4, 2-core AMD EPYC, both cores busy; junit times). Files start heaviest first, so that
 #: ``-n 2 --dist loadfile`` hands the long ones out early and its two processes finish together
 #: (longest-processing-time-first scheduling); the order within a file is kept. Files not listed follow in
 #: their collection order.
 FILE_SECONDS = {
-    "infer/test_mcmc.py": 403,
-    "infer/test_resume.py": 390,
-    "gp/test_parallel.py": 358,
-    "cli/test_cli.py": 348,
-    "workflows/test_sbc_models.py": 290,
-    "test_notebooks.py": 279,
-    "gp/test_small_noise.py": 193,
-    "gp/test_adversarial.py": 188,
-    "models/test_generative.py": 128,
-    "gp/test_sparse.py": 118,
-    "workflows/test_compare.py": 111,
-    "models/test_sparse_models.py": 100,
-    "workflows/test_sbc.py": 100,
-    "cli/test_cli_lock.py": 99,
-    "cli/test_cli_compare.py": 81,
-    "gp/test_identities.py": 77,
+    "workflows/test_sbc_models.py": 288,
+    "infer/test_resume.py": 264,
+    "infer/test_mcmc.py": 249,
+    "gp/test_parallel.py": 231,
+    "test_notebooks.py": 227,
+    "cli/test_cli.py": 208,
+    "gp/test_adversarial.py": 203,
+    "gp/test_small_noise.py": 181,
+    "workflows/test_sbc.py": 133,
+    "gp/test_sparse.py": 132,
+    "workflows/test_compare.py": 124,
+    "cli/test_cli_lock.py": 98,
+    "models/test_generative.py": 96,
+    "models/test_sparse_models.py": 89,
+    "cli/test_cli_compare.py": 75,
+    "gp/test_identities.py": 71,
 }
 
 
