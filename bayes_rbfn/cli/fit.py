@@ -438,11 +438,11 @@ def _announce(plan: FitPlan, console: Console) -> None:
     m = "" if plan.Z is None else f", M = {plan.Z.shape[0]} inducing inputs (k-means)"
     lik = "" if plan.likelihood == "gaussian" else f", {plan.likelihood} likelihood"
     console.say(f"Model: {plan.model}, kernel {plan.kernel}{m}{lik}")
-    import jax
+    from bayes_rbfn.infer.sampler import resolve_chain_method
 
     s = plan.sampler
-    devices = jax.local_device_count()
-    how = "in parallel" if s.chains > 1 and devices >= s.chains else "vectorised" if s.chains > 1 else ""
+    how = {"parallel": "in parallel", "vectorized": "vectorised", "sequential": "one after the other"}
+    how = how[resolve_chain_method(s.chains, s.chain_method)] if s.chains > 1 else ""
     console.say(
         f"Sampling: {s.chains} chain(s) {how} × ({s.warmup} warm-up + {s.draws} draws), NUTS "
         f"target_accept {s.target_accept:g}, max tree depth {s.max_tree_depth}, "

@@ -219,7 +219,7 @@ class Checkpoint:
                 )
                 raise CheckpointError(
                     f"{self.folder}: the checkpoint is of a different run ({', '.join(differ)} differ; "
-                    "inputs_sha256 covers the data and priors, chains_in_parallel the JAX devices available)"
+                    "inputs_sha256 covers the data and priors, chain_method how the chains run)"
                 )
             done, self.files = info.iterations_done, dict(info.files)
             leaves, treedef = jax.tree_util.tree_flatten(initial_state)

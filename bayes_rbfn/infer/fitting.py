@@ -511,7 +511,8 @@ def fit(
             and ``grouped``, and not rebuildable from a saved file).
         group, group_pred: (N,) and (S,) integer group codes for the grouped model.
         target_accept, dense_mass, max_tree_depth, chain_method: NUTS/MCMC options (chains run in
-            parallel over devices when there are enough, else vectorised). ``dense_mass`` None (default):
+            parallel over devices when there are enough, else one after the other on a CPU and
+            vectorised on an accelerator). ``dense_mass`` None (default):
             a dense mass matrix when the model samples at most 10 values (a few hyperparameters), else a
             diagonal one (:data:`bayes_rbfn.infer.sampler.DENSE_MASS_MAX_PARAMS`).
         jitter: relative jitter on K_uu (default: the policy of :mod:`bayes_rbfn.gp.linalg`).
@@ -605,7 +606,7 @@ def fit(
     if config.mesh is not None and settings.chain_method is None:
         settings = dataclasses.replace(settings, chain_method="sequential")  # each chain uses every device
     with warnings.catch_warnings(), single_threaded_blas():
-        # NumPyro warns when chains > devices; the vectorised fallback is deliberate.
+        # NumPyro warns when chains > devices; the fallback (resolve_chain_method) is deliberate.
         warnings.filterwarnings("ignore", message="There are not enough devices")
         try:
             kernel_nuts = nuts_kernel(problem.model, problem.args, settings, num_points=X.shape[0])

@@ -86,7 +86,8 @@ class SamplerSettings:
             for :data:`~bayes_rbfn.defaults.MAP_START_MIN_POINTS` data points or more, else
             ``"median"`` (:func:`resolve_init`).
         chain_method: one of :data:`CHAIN_METHODS`, or None: parallel when there is a device per chain,
-            else vectorised.
+            else one after the other on a CPU and vectorised on an accelerator
+            (:func:`resolve_chain_method`).
         progress: a progress bar on stderr.
         checkpoint: a folder to save the state and draws in after every ``chunk_size`` iterations (and to
             resume from), or None.
@@ -133,12 +134,22 @@ class SamplerSettings:
 
 
 def resolve_chain_method(chains: int, requested: str | None) -> str:
-    """The chain method a run uses: ``requested``, else one chain per device when there are enough."""
+    """The chain method a run uses: ``requested``; else one chain per device when there are enough
+    devices; else, on a CPU, one chain after the other, and on an accelerator all chains vectorised.
+
+    On one CPU device the vectorised chains were the slower: each step of the batch lasts as long as the
+    longest of its trees, all of them evaluated, and the batched program compiles longer. Four chains of
+    500 + 500 took 1.2–1.4× the wall time of sequential ones on the shipped models, compilation included
+    (``benchmarks/chain_method.py``, 2-core AMD EPYC, 26 Nov 2026). On a GPU a batch of chains costs about
+    what one chain does until the device is full.
+    """
     if requested is not None:
         return requested
     if chains > 1 and jax.local_device_count() >= chains:
         return "parallel"
-    return "sequential" if chains == 1 else "vectorized"
+    if chains == 1 or jax.default_backend() == "cpu":
+        return "sequential"
+    return "vectorized"
 
 
 #: The optimisers of the mode search (SciPy's names). Each runs from the same start and the lowest end
@@ -445,36 +456,37 @@ def run_chains(
         CheckpointError: the folder holds a checkpoint of a different run, a corrupt one, or other files.
     """
     chains, total = settings.chains, settings.warmup + settings.draws
-    method = resolve_chain_method(chains, settings.chain_method)
+    method = "sequential" if chains == 1 else resolve_chain_method(chains, settings.chain_method)
     # As NumPyro's MCMC: one chain starts from the seed's key itself, several from its split.
     key = jax.random.PRNGKey(settings.seed)
     keys = key[None] if chains == 1 else jax.random.split(key, chains)
     init, advance = chain_init(kernel, settings.warmup), chain_advance(kernel)
-    parallel = method == "parallel" and chains > 1
+    parallel = method == "parallel"
     store = None
     if settings.checkpoint is not None:
-        record = {**settings.record(), **(run_record or {}), "chains_in_parallel": parallel}
+        record = {**settings.record(), **(run_record or {}), "chain_method": method}
         store = Checkpoint(settings.checkpoint, model_args, record, total)
-    if chains == 1 or (method == "sequential" and store is None):
+    if method == "sequential":
         # One chain after the other, each its own unbatched program, initialised eagerly — as NumPyro's
-        # MCMC runs a single chain or "sequential" chains (a compiled init rounds differently).
+        # MCMC runs a single chain or "sequential" chains (a compiled init rounds differently). Chunk by
+        # chunk the chains take turns, so that a checkpoint holds every chain's state after the same
+        # iteration; a chain's draws do not depend on the chunks it ran in.
         one_advance = by_program(advance, static_argnums=(2,))
 
-        def one_init(keys: jax.Array, args: tuple) -> Any:
-            return _expand(init(keys[0], args))
+        def each_init(keys: jax.Array, args: tuple) -> Any:
+            return _stack([init(k, args) for k in keys])
 
-        def one_chain(state: Any, args: tuple, length: int) -> tuple[Any, dict]:
-            return _expand(one_advance(_squeeze(state), args, length))
+        def each_advance(state: Any, args: tuple, length: int) -> tuple[Any, dict]:
+            runs = [one_advance(_take(state, c), args, length) for c in range(chains)]
+            return _stack([r[0] for r in runs]), _stack([r[1] for r in runs])  # chunk: (chains, length, ...)
 
         with single_threaded_blas():
-            runs = [_run(one_init, one_chain, k[None], model_args, settings, store, on_chunk) for k in keys]
-        collected = jax.tree_util.tree_map(lambda *parts: np.concatenate(parts, axis=0), *runs)
+            collected = _run(each_init, each_advance, keys, model_args, settings, store, on_chunk)
         return _postprocess(kernel, model_args, collected)
     # Several chains batched together, as NumPyro's MCMC batches them: one per device (each initialised
     # and advanced inside pmap), or vectorised (the kernel initialised eagerly with all the keys, which
-    # makes it vmap its own transition; also "sequential" chains with a checkpoint, which keeps one state
-    # for all). The two compile to different programs whose rounding differs, so a checkpoint continues
-    # only under the method that started it.
+    # makes it vmap its own transition). The methods compile to different programs whose rounding
+    # differs, so a checkpoint continues only under the method that started it (it records the method).
     if parallel:
         batched_init = jax.pmap(init, in_axes=(0, None))
         batched_advance = jax.pmap(advance, in_axes=(0, None, None), static_broadcasted_argnums=2)
@@ -493,12 +505,13 @@ def run_chains(
     return _postprocess(kernel, model_args, collected)
 
 
-def _expand(tree: Any) -> Any:
-    return jax.tree_util.tree_map(lambda a: a[None], tree)
+def _stack(trees: list) -> Any:
+    """Trees of one chain each → one tree with a leading axis of chains."""
+    return jax.tree_util.tree_map(lambda *parts: jnp.stack(parts), *trees)
 
 
-def _squeeze(tree: Any) -> Any:
-    return jax.tree_util.tree_map(lambda a: a[0], tree)
+def _take(tree: Any, chain: int) -> Any:
+    return jax.tree_util.tree_map(lambda a: a[chain], tree)
 
 
 def _run(init, advance, keys, model_args, settings, store=None, on_chunk=None) -> dict:

@@ -164,10 +164,10 @@ def numpyro_mcmc_reference(model, X, y, chains: int, chain_method: str, **option
 @pytest.mark.parametrize(
     ("model", "chains", "chain_method", "checkpointed"),
     [
-        pytest.param("sor", 2, "vectorized", True, id="sor-two-vectorised-chains"),
-        pytest.param("sor", 1, "sequential", True, id="sor-one-chain"),
-        # the same batched program as sor's two chains, on a model with weights: without a checkpoint only
-        pytest.param("rbfn", 2, "vectorized", False, id="rbfn-two-vectorised-chains"),
+        # one chain after the other (the default on a CPU), taking turns chunk by chunk with a checkpoint
+        pytest.param("sor", 2, "sequential", True, id="sor-two-sequential-chains"),
+        # the batched program (the default on an accelerator), on a model with weights
+        pytest.param("rbfn", 2, "vectorized", True, id="rbfn-two-vectorised-chains"),
     ],
 )
 def test_the_nuts_loop_equals_numpyro_mcmc_draw_for_draw(tmp_path, model, chains, chain_method, checkpointed):
@@ -185,7 +185,7 @@ def test_the_nuts_loop_equals_numpyro_mcmc_draw_for_draw(tmp_path, model, chains
         warmup=30,
         progress=False,
         check_diagnostics=False,
-        chain_method=chain_method,  # NumPyro's vmap-ed chains and ours: the same program, same rounding
+        chain_method=chain_method,  # NumPyro's chains and ours: the same programs, the same rounding
         # fit's default dense_mass=None takes a dense mass matrix for these models (≤ 10 sampled values):
         # the reference's dense_mass=True
     )
