@@ -138,10 +138,11 @@ def resolve_chain_method(chains: int, requested: str | None) -> str:
     devices; else, on a CPU, one chain after the other, and on an accelerator all chains vectorised.
 
     On one CPU device the vectorised chains were the slower: each step of the batch lasts as long as the
-    longest of its trees, all of them evaluated, and the batched program compiles longer. Four chains of
-    500 + 500 took 1.2–1.4× the wall time of sequential ones on the shipped models, compilation included
-    (``benchmarks/chain_method.py``, 2-core AMD EPYC, 26 Nov 2026). On a GPU a batch of chains costs about
-    what one chain does until the device is full.
+    longest of its trees, all of them evaluated, and the batched program compiles longer. Four
+    vectorised chains of 500 + 500 took 1.25–1.54× the wall time of sequential ones on four shipped
+    models (medians of 3; compilation included, fresh processes; ``benchmarks/chain_method.py``, 2-core
+    AMD EPYC, 26 Nov 2026). On an accelerator a batch keeps the device busier than one chain does; the
+    two methods have not been compared on a GPU.
     """
     if requested is not None:
         return requested
