@@ -1,8 +1,9 @@
 """The GPU path stays tested on a CPU-only machine (issue 20): nothing the package does assumes a CPU.
 
-On a GPU (or TPU) backend the host's BLAS thread pools are left alone — the one CPU-specific setting the
-package makes (:func:`bayes_rbfn.runtime.single_threaded_blas`) is a no-op there. The backend's name is
-stood in for; everything else runs as it does on the GPU.
+On a GPU (or TPU) backend the host's BLAS thread pools are left alone — the CPU-specific setting
+:func:`bayes_rbfn.runtime.single_threaded_blas` is a no-op there — and several chains on one device run
+vectorised rather than one after the other (the CPU's default). The backend's name is stood in for;
+everything else runs as it does on the GPU.
 """
 
 from __future__ import annotations
@@ -49,6 +50,36 @@ def test_streamed_pass_chunks_fill_a_gpu_and_fit_a_cpu_cache(monkeypatch):
     assert (chunk_size_for(64), chunk_size_for(256)) == (2048, 512)
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     assert (chunk_size_for(64), chunk_size_for(256), chunk_size_for(1)) == (1 << 18, 1 << 16, 1 << 20)
+
+
+@pytest.mark.parametrize(
+    ("backend", "devices", "chains", "method"),
+    [
+        ("cpu", 1, 4, "sequential"),  # one CPU device: one chain after the other (benchmarks/chain_method.py)
+        ("cpu", 1, 1, "sequential"),
+        ("cpu", 4, 4, "parallel"),  # a device per chain
+        ("cpu", 2, 4, "sequential"),
+        ("gpu", 1, 4, "vectorized"),  # one accelerator: the chains batched on it
+        ("gpu", 1, 1, "sequential"),
+        ("gpu", 4, 4, "parallel"),
+    ],
+    ids=[
+        "cpu-1dev",
+        "cpu-1chain",
+        "cpu-dev-per-chain",
+        "cpu-too-few-devs",
+        "gpu-1dev",
+        "gpu-1chain",
+        "gpu-4dev",
+    ],
+)
+def test_default_chain_method_follows_the_backend_and_devices(monkeypatch, backend, devices, chains, method):
+    from bayes_rbfn.infer.sampler import resolve_chain_method
+
+    monkeypatch.setattr(jax, "default_backend", lambda: backend)
+    monkeypatch.setattr(jax, "local_device_count", lambda: devices)
+    assert resolve_chain_method(chains, None) == method
+    assert resolve_chain_method(chains, "vectorized") == "vectorized"  # what the caller asks for wins
 
 
 def _product_precisions(jaxpr) -> list:
