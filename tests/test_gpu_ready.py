@@ -82,6 +82,30 @@ def test_default_chain_method_follows_the_backend_and_devices(monkeypatch, backe
     assert resolve_chain_method(chains, "vectorized") == "vectorized"  # what the caller asks for wins
 
 
+def _location_model(x, y=None):
+    """y_i ~ N(μ, 1), μ ~ N(0, 1): the smallest model with an observed site (cheap to compile twice)."""
+    import numpyro
+    import numpyro.distributions as dist
+
+    mu = numpyro.sample("mu", dist.Normal(0.0, 1.0))
+    numpyro.sample("y", dist.Normal(mu, 1.0).expand([x.shape[0]]).to_event(1), obs=y)
+
+
+def test_sbc_replications_run_vectorised_on_an_accelerator_with_the_same_ranks(monkeypatch):
+    """SBC's replications: one after the other by default on a CPU, vectorised on an accelerator (the
+    backend's name stood in for); both give every replication its own key, so the same ranks."""
+    from bayes_rbfn.workflows.sbc import run_sbc
+
+    options = dict(model_args=(jnp.zeros(5),), reps=6, draws=20, warmup=20, thin=2, seed=3)
+    sequential = run_sbc(_location_model, **options)
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    vectorised = run_sbc(_location_model, **options)
+    assert sequential.settings["chain_method"] == "sequential"
+    assert vectorised.settings["chain_method"] == "vectorized"
+    np.testing.assert_array_equal(vectorised.ranks, sequential.ranks)
+    assert len(np.unique(sequential.ranks)) > 3  # ranks that tell replications apart
+
+
 def _product_precisions(jaxpr) -> list:
     """The ``precision`` of every matrix product (``dot_general``) in ``jaxpr`` and the programs inside it
     (scan and map bodies, custom-derivative rules, shard_map)."""

@@ -87,8 +87,9 @@ def _sbc_arguments(parser: argparse.ArgumentParser) -> None:
     description=(
         "Simulation-based calibration (Talts et al. 2018): draw the parameters and data from the prior\n"
         "predictive of the model fit runs (NumPyro's Predictive), fit every simulated data set with NUTS\n"
-        "(all at once, vectorised), and rank each true parameter and the log-likelihood of the data among\n"
-        "the posterior draws. Uniform ranks mean a calibrated sampler and likelihood.\n\n"
+        "(one compiled run: on a CPU one after the other, on a GPU all at once), and rank each true\n"
+        "parameter and the log-likelihood of the data among the posterior draws. Uniform ranks mean a\n"
+        "calibrated sampler and likelihood.\n\n"
         "  bayes-rbfn sbc --model rbfn --reps 200\n"
         "  bayes-rbfn sbc --model rbfn --likelihood poisson\n"
         "  bayes-rbfn sbc --model sor --reps 100 --noise-scale 2    a wrong model: must be rejected"
@@ -118,8 +119,8 @@ def _run_sbc(args: argparse.Namespace, console: Console) -> int:
         remove_leftovers(out)
         console.say(
             f"SBC of {args.model}: {args.reps} simulated data sets of n = {args.n}, each fitted with NUTS "
-            f"({args.warmup} warm-up + {args.draws} draws, every {args.thin}th kept), all at once. "
-            "Compiling, then sampling (no progress bar inside the vectorised run) ..."
+            f"({args.warmup} warm-up + {args.draws} draws, every {args.thin}th kept), in one compiled run. "
+            "Compiling, then sampling (no progress bar inside it) ..."
         )
         try:
             result = sbc.run_sbc(

@@ -52,6 +52,7 @@ __all__ = [
     "chain_init",
     "laplace_start",
     "nuts_kernel",
+    "one_device_method",
     "resolve_chain_method",
     "resolve_dense_mass",
     "resolve_init",
@@ -148,9 +149,13 @@ def resolve_chain_method(chains: int, requested: str | None) -> str:
         return requested
     if chains > 1 and jax.local_device_count() >= chains:
         return "parallel"
-    if chains == 1 or jax.default_backend() == "cpu":
-        return "sequential"
-    return "vectorized"
+    return "sequential" if chains == 1 else one_device_method()
+
+
+def one_device_method() -> str:
+    """How independent chains share one device (:func:`resolve_chain_method`; SBC's replications too):
+    ``"sequential"`` on a CPU, ``"vectorized"`` on an accelerator."""
+    return "sequential" if jax.default_backend() == "cpu" else "vectorized"
 
 
 #: The optimisers of the mode search (SciPy's names). Each runs from the same start and the lowest end

@@ -1,13 +1,13 @@
 """Simulation-based calibration of ``sor`` and ``rbfn`` (:mod:`bayes_rbfn.workflows.sbc`), of a user's model,
-and its
-output.
+and its output.
 
-SBC simulates with ``Predictive`` from the very model functions ``fit`` runs and fits them with vmapped
-NUTS. Reduced SBC, shared by every test of a model (one compiled program per model; the misspecified
-variant only changes the simulated data, so it reuses it): R = 100 replications, n = 20, M = 5, 100 warmup
-+ 100 draws of one NUTS chain each, thinned by 5 → L = 20 draws, ranks in {0, …, 20}, χ² on 10 bins (≥ 10
-expected counts per bin, 9 degrees of freedom). Ranked: every latent sample site (ℓ, s², σ; the whitened
-weights of ``rbfn``) and the log-likelihood of the simulated data. Fixed seed (shifted by
+SBC simulates with ``Predictive`` from the very model functions ``fit`` runs and fits them with NUTS
+(on a CPU one replication after the other, in one compiled program). Reduced SBC, shared by every test of
+a model (one compiled program per model; the misspecified variant only changes the simulated data, so it
+reuses it): R = 100 replications, n = 20, M = 5, 100 warmup + 100 draws of one NUTS chain each, thinned
+by 5 → L = 20 draws, ranks in {0, …, 20}, χ² on 10 bins (≥ 10 expected counts per bin, 9 degrees of
+freedom). Ranked: every latent sample site (ℓ, s², σ; the whitened weights of ``rbfn``) and the
+log-likelihood of the simulated data. Fixed seed (shifted by
 ``BAYES_RBFN_TEST_SEED``, see tests/stochastic.py); the thresholds hold under any seed.
 
 Thresholds (stated once, here):
@@ -230,6 +230,7 @@ def test_sbc_of_a_users_model():
         (dict(seed=-1), "seed"),
         (dict(bins=1), "bins"),
         (dict(target_accept=1.0), "target_accept"),
+        (dict(chain_method="parallel"), "chain_method: expected 'sequential', 'vectorized' or None"),
     ],
     ids=lambda v: v if isinstance(v, str) else "-".join(map(str, v)),
 )

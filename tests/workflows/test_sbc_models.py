@@ -5,7 +5,8 @@ The same accept rule as ``tests/workflows/test_sbc.py``: every quantity's χ² p
 > ``ACCEPT_FAMILY / Q`` with ``ACCEPT_FAMILY = 1e-3`` (Bonferroni; a correct sampler fails with probability
 ≤ 0.1%); fewer than 1% of the post-warm-up transitions diverge; the seed shifts with
 ``BAYES_RBFN_TEST_SEED`` (tests/stochastic.py).
-Each run simulates with ``Predictive`` from the model function ``fit`` runs and fits it with vmapped NUTS.
+Each run simulates with ``Predictive`` from the model function ``fit`` runs and fits it with NUTS (on a
+CPU one replication after the other, in one compiled program).
 
 Covered here: ``fitc``, ``exact``, ``blr`` (with the doubled-noise reject: p(β) < 1e-6), ``grouped``, and
 ``rbfn`` under ``student_t``, ``poisson``, ``negative_binomial`` and ``bernoulli``. ``sor`` and ``rbfn``
