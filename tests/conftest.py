@@ -79,28 +79,28 @@ def rng():
     return np.random.default_rng(20261122)
 
 
-#: Seconds each of the heaviest test files took in a cold run of the suite (26 Nov 2026 late morning, clean
-#: clone of 4caf2b4, 2-core AMD EPYC, both cores busy; junit times). Files start heaviest first, so that
+#: Seconds each of the heaviest test files took in a cold run of the suite (26 Nov 2026 afternoon, clean
+#: clone of 632bfe0, 2-core AMD EPYC, both cores busy; junit times). Files start heaviest first, so that
 #: ``-n 2 --dist loadfile`` hands the long ones out early and its two processes finish together
 #: (longest-processing-time-first scheduling); the order within a file is kept. Files not listed follow in
 #: their collection order.
 FILE_SECONDS = {
-    "workflows/test_sbc_models.py": 288,
     "infer/test_resume.py": 264,
-    "infer/test_mcmc.py": 249,
-    "gp/test_parallel.py": 231,
-    "test_notebooks.py": 227,
-    "cli/test_cli.py": 208,
-    "gp/test_adversarial.py": 203,
-    "gp/test_small_noise.py": 181,
-    "workflows/test_sbc.py": 133,
-    "gp/test_sparse.py": 132,
-    "workflows/test_compare.py": 124,
-    "cli/test_cli_lock.py": 98,
-    "models/test_generative.py": 96,
-    "models/test_sparse_models.py": 89,
-    "cli/test_cli_compare.py": 75,
-    "gp/test_identities.py": 71,
+    "infer/test_mcmc.py": 261,
+    "test_notebooks.py": 244,
+    "cli/test_cli.py": 233,
+    "gp/test_parallel.py": 219,
+    "workflows/test_sbc_models.py": 196,
+    "gp/test_small_noise.py": 155,
+    "gp/test_adversarial.py": 153,
+    "gp/test_sparse.py": 124,
+    "workflows/test_sbc.py": 121,
+    "models/test_sparse_models.py": 118,
+    "cli/test_cli_lock.py": 108,
+    "workflows/test_compare.py": 95,
+    "models/test_generative.py": 92,
+    "gp/test_identities.py": 65,
+    "cli/test_cli_compare.py": 49,
 }
 
 
