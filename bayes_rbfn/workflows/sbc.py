@@ -334,6 +334,10 @@ def _run(
     )
     init = chain_init(kernel, warmup)
 
+    def start(key, y):
+        """Replication r's state before its first iteration, from its own key (either method)."""
+        return init(jax.random.split(key)[1], (y,))
+
     def ranks(run, true_values, y):
         """One replication's ranks and divergences from its iterations (leaves (warmup + draws, ...))."""
         kept = jax.tree_util.tree_map(lambda a: a[warmup:][thin - 1 :: thin], run["z"])
@@ -347,7 +351,7 @@ def _run(
         return jnp.sum(posterior < true_q[None, :], axis=0), jnp.sum(run["diverging"][warmup:])
 
     if vectorized:
-        states = jax.vmap(lambda key, y: init(jax.random.split(key)[1], (y,)))(keys, y_sim)
+        states = jax.vmap(start)(keys, y_sim)
         # One scan over warm-up and draws (NUTS's adaptation follows the iteration count in its state).
         _, run = chain_advance(kernel, batched=True)(states, (y_sim,), warmup + draws)
         by_replication = jax.tree_util.tree_map(lambda a: jnp.swapaxes(a, 0, 1), run)  # (R, iterations, ...)
@@ -357,7 +361,7 @@ def _run(
 
     def one(args):
         key, true_values, y = args
-        _, run = advance(init(jax.random.split(key)[1], (y,)), (y,), warmup + draws)
+        _, run = advance(start(key, y), (y,), warmup + draws)
         return ranks(run, true_values, y)
 
     return jax.lax.map(one, (keys, truth, y_sim))
