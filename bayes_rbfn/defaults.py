@@ -6,7 +6,7 @@ layers need live here rather than in :mod:`bayes_rbfn.infer.fitting`.
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_NUM_INDUCING", "INITS", "MAP_START_MIN_POINTS"]
+__all__ = ["DEFAULT_NUM_INDUCING", "INITS", "MAP_SEARCH_POINTS", "MAP_START_MIN_POINTS"]
 
 #: Inducing inputs chosen when neither Z nor num_inducing is given (capped by the distinct inputs).
 DEFAULT_NUM_INDUCING = 64
@@ -27,3 +27,13 @@ INITS = ("auto", "median", "map")
 #: of 5 seeds; nothing in a fresh process), and every chain starting at one point leaves R̂ without
 #: dispersed starts, so the median start stays below 10⁴ points.
 MAP_START_MIN_POINTS = 10_000
+
+#: Data points of the first stage of the mode search on a large data set: from twice as many on, fit
+#: searches the mode from both starts of :func:`bayes_rbfn.infer.sampler.laplace_start` on a random subset
+#: of this size first, and from the lowest end on all the data after. The two starts cost each gradient
+#: N/10⁴ times less there. On the 3-D data of ``benchmarks/ess_vs_numpyro.py`` at N = 10⁵ (M = 64,
+#: ``benchmarks/results/mode_search_n100000_d3.md``, 2 cores, 26 Nov 2026): seeds 0–3 all reached the
+#: mode in 57–89 s, against 51–146 s for the median start on all the data alone, which ended in a local
+#: mode at seed 1 (σ = 0.27 against 0.21, potential 2.65·10⁴ above the mode) — from which a fit on one
+#: H100 had not finished after 400 s (seed 0: 37 s in all).
+MAP_SEARCH_POINTS = 10_000

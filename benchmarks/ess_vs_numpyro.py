@@ -28,7 +28,8 @@ ESS per gradient relative to the reference. Writes ``<out>/ess_vs_numpyro.md`` a
 ``benchmarks/results/``) and prints the table.
 
     python benchmarks/ess_vs_numpyro.py [--sizes 1000,10000,100000] [--dims 1,3] [--repeats 3]
-        [--draws 500] [--warmup 500] [--device cpu|gpu] [--fresh-process] [--lean-fit] [--out DIR]
+        [--first-repeat 0] [--draws 500] [--warmup 500] [--device cpu|gpu] [--fresh-process] [--lean-fit]
+        [--out DIR]
 """
 
 from __future__ import annotations
@@ -84,6 +85,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--draws", type=int, default=500)
     ap.add_argument("--warmup", type=int, default=500)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--first-repeat",
+        type=int,
+        default=0,
+        help="number of the first repeat (its seed, and which sampler goes first): continues a stopped run",
+    )
     ap.add_argument("--pymc-sizes", type=ints, default=[1000], help="N values with a PyMC row")
     ap.add_argument("--device", choices=sorted(PLATFORMS), default="cpu", help="JAX_PLATFORMS: cpu or cuda")
     ap.add_argument("--fresh-process", action="store_true", help="every run in its own Python process")
@@ -399,14 +406,15 @@ def main(argv=None) -> None:
         "cpu_count": os.cpu_count(),
     }
     settings = {
-        k: getattr(args, k) for k in ("sizes", "dims", "M", "draws", "warmup", "repeats", "pymc_sizes")
+        k: getattr(args, k)
+        for k in ("sizes", "dims", "M", "draws", "warmup", "repeats", "first_repeat", "pymc_sizes")
     }
     settings.update(device=args.device, fresh_process=args.fresh_process, lean_fit=args.lean_fit)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
     def write(results: list[dict], complete: bool) -> list[str]:
-        """Both files, after every (N, D): a long run that stops keeps what it measured."""
+        """Both files, after every run: a long run that stops keeps what it measured."""
         meta["load_1min_end"] = os.getloadavg()[0]
         title = '# `fit("sor")` against a hand-written NumPyro SoR model: ESS per second (issue 20)'
         status = [] if complete else ["*Incomplete: the run is still going or stopped early.*", ""]
@@ -428,7 +436,7 @@ def main(argv=None) -> None:
             M = args.M or default_M(N)
             names = ["bayes_rbfn", "reference"] + (["pymc"] if N in args.pymc_sizes else [])
             runs = {name: [] for name in names}
-            for r in range(args.repeats):
+            for r in range(args.first_repeat, args.first_repeat + args.repeats):
                 order = names if r % 2 == 0 else [names[1], names[0], *names[2:]]
                 for name in order:
                     if runs[name] and "skipped" in runs[name][0]:
@@ -446,9 +454,11 @@ def main(argv=None) -> None:
                     }
                     status = record.get("skipped") or record.get("error") or shown
                     print(f"N={N:,} D={D} M={M} {name} repeat {r}: {status}", file=sys.stderr, flush=True)
+                    # after every run: a stopped call (a device's time limit) keeps the runs it finished
+                    summary = {name: summarise(runs[name]) for name in names if runs[name]}
+                    write([*results, {"N": N, "D": D, "M": M, "samplers": summary, "runs": runs}], False)
             summary = {name: summarise(runs[name]) for name in names}
             results.append({"N": N, "D": D, "M": M, "samplers": summary, "runs": runs})
-            write(results, complete=False)
     lines = write(results, complete=True)
     with contextlib.suppress(BrokenPipeError):
         print("\n".join(lines))

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 
-from bayes_rbfn.defaults import DEFAULT_NUM_INDUCING, INITS
+from bayes_rbfn.defaults import DEFAULT_NUM_INDUCING, INITS, MAP_SEARCH_POINTS
 from bayes_rbfn.gp.inducing import select_inducing
 from bayes_rbfn.gp.parallel import check_precision
 from bayes_rbfn.gp.validation import (
@@ -283,6 +283,21 @@ class GenerativeModel:
     def prior_args(self) -> tuple[dict, dict]:
         """The arguments of :meth:`model` with y = None: ``Predictive`` then simulates y."""
         return {**self.data, "y": None}, _numeric_values(self.config.priors)
+
+    def subset_args(self, size: int, seed: int = 0) -> tuple[dict, dict] | None:
+        """:attr:`args` on a random subset of ``size`` observations (the first stage of the mode search on
+        a large data set: :func:`~bayes_rbfn.infer.sampler.laplace_start`), or None where the layout
+        cannot be cut that way (grouped, or sharded over devices) or there are no more observations.
+
+        Only X and y are cut: the inducing inputs, the prior mean's offset and the inputs' centre stay
+        those of the whole data set, so the subset's potential has the same parameters and meaning.
+        """
+        N = self.X.shape[0]
+        if self.spec.grouped or self.config.mesh is not None or size >= N:
+            return None
+        keep = np.sort(np.random.default_rng([seed, N, size]).choice(N, size, replace=False))
+        data, priors = self.args
+        return {**data, "X": data["X"][keep], "y": data["y"][keep]}, priors
 
     def record(self) -> dict:
         """What defines the model besides :attr:`args` (arrays), JSON-able: recorded in a checkpoint."""
@@ -558,7 +573,9 @@ def fit(
             much shorter early warm-up trees when the posterior is narrow, e.g. for large N; falls back
             to ``"median"`` with a warning when the mode search fails) or ``"auto"`` (default):
             ``"map"`` from 10,000 data points on (:data:`~bayes_rbfn.defaults.MAP_START_MIN_POINTS`),
-            where the warm-up it saves is worth most, else ``"median"``.
+            where the warm-up it saves is worth most, else ``"median"``. From 20,000 points on the mode
+            is searched on a random 10,000 of them first (:data:`~bayes_rbfn.defaults.MAP_SEARCH_POINTS`)
+            and then on all of them from there.
 
     Returns:
         InferenceData with groups posterior, sample_stats, observed_data (y), constant_data (X, Z,
@@ -609,7 +626,17 @@ def fit(
         # NumPyro warns when chains > devices; the fallback (resolve_chain_method) is deliberate.
         warnings.filterwarnings("ignore", message="There are not enough devices")
         try:
-            kernel_nuts = nuts_kernel(problem.model, problem.args, settings, num_points=X.shape[0])
+            kernel_nuts = nuts_kernel(
+                problem.model,
+                problem.args,
+                settings,
+                num_points=X.shape[0],
+                search_args=(
+                    problem.subset_args(MAP_SEARCH_POINTS, settings.seed)
+                    if X.shape[0] >= 2 * MAP_SEARCH_POINTS
+                    else None
+                ),
+            )
             samples, stats = run_chains(kernel_nuts, problem.args, settings, run_record=problem.record())
         except RuntimeError as err:
             if NO_VALID_START not in str(err):

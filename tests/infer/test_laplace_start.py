@@ -162,6 +162,73 @@ def test_mode_search_is_not_led_along_the_ridge(ridge_problem):
     np.testing.assert_allclose(u, reference_mode, atol=1e-4)
 
 
+@pytest.fixture(scope="module")
+def noise_mode_problem():
+    """300 points in 2-D (the 3-D benchmark's function, 24 inducing inputs among them) on which both
+    optimisers from the prior median of seed 0 end in the local mode that takes the 0.3·cos(3x₁) term
+    for noise: σ = 0.30, potential 111.16 against 62.93 at the mode, σ = 0.24 (measured)."""
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(1)
+    X = rng.uniform(0.0, 10.0, (300, 2))
+    f = np.sin(X[:, 0]) + 0.3 * np.cos(3.0 * X[:, 0]) + 0.5 * np.sin(0.5 * X[:, 1] + 1.0)
+    y = f + 0.2 * rng.standard_normal(300)
+    Z_noise = X[rng.choice(300, 24, replace=False)]
+    reference_priors = {
+        "lengthscale": (np.log([2.0, 2.0]), 1.0),
+        "noise": (np.log(0.2 * y.std()), 1.0),
+        "variance": (np.log(y.var()), 1.0),
+    }
+    priors = {
+        "lengthscale": dist.LogNormal(jnp.asarray(reference_priors["lengthscale"][0]), 1.0).to_event(1),
+        "noise": dist.LogNormal(*reference_priors["noise"]),
+        "variance": dist.LogNormal(*reference_priors["variance"]),
+    }
+    config = ModelConfig(family=FAMILIES["se"], priors=priors)
+    data = {
+        "X": jnp.asarray(X),
+        "y": jnp.asarray(y),
+        "Z": jnp.asarray(Z_noise),
+        "y_offset": jnp.asarray(y.mean()),
+    }
+    # The reference's mode: the lower end of BFGS on the dense potential from ℓ = (0.5, 0.5) and (5, 5)
+    # (σ = 0.2, s² = 1).
+    def potential(u):
+        try:
+            return reference_potential(u, X, y, Z_noise, reference_priors)
+        except np.linalg.LinAlgError:  # a trial point where the dense covariance is not PD: step back
+            return np.inf
+
+    ends = [
+        scipy.optimize.minimize(
+            potential,
+            np.log([ell, ell, 0.2, 1.0]),
+            method="BFGS",
+            jac="3-point",
+        )
+        for ell in (0.5, 5.0)
+    ]
+    lowest = min(ends, key=lambda end: end.fun)
+    return (lambda d: sor.model(d, config)), data, lowest.x, lowest.fun
+
+
+def test_the_shorter_start_reaches_the_mode_where_the_median_start_does_not(noise_mode_problem, monkeypatch):
+    from bayes_rbfn.infer import sampler
+
+    model, data, reference_mode, reference_value = noise_mode_problem
+    values, _ = laplace_start(model, (data,), seed=0)
+    u = np.log(np.concatenate([np.atleast_1d(values[name]) for name in NAMES]))
+    np.testing.assert_allclose(u, reference_mode, atol=1e-4)
+    # The data are a trap for the median start alone (else this test would prove nothing).
+    monkeypatch.setattr(sampler, "SHORT_START_SITE", "(no second start)")
+    values, _ = laplace_start(model, (data,), seed=0)
+    u = np.log(np.concatenate([np.atleast_1d(values[name]) for name in NAMES]))
+    X, y = np.asarray(data["X"]), np.asarray(data["y"])
+    priors = {"lengthscale": (np.log([2.0, 2.0]), 1.0), "noise": (np.log(0.2 * y.std()), 1.0)}
+    priors["variance"] = (np.log(y.var()), 1.0)
+    assert reference_potential(u, X, y, np.asarray(data["Z"]), priors) > reference_value + 10.0
+
+
 def test_laplace_mass_matrix_is_the_inverse_reference_hessian(problem, library_start):
     X, y = problem
     values, inverse_mass = library_start
@@ -253,3 +320,66 @@ def test_fit_passes_the_data_size_to_the_auto_start(problem, monkeypatch):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", br.ConvergenceWarning)
             br.fit("sor", X, y, Z=Z, chains=1, warmup=20, draws=20, progress=False)
+
+
+def test_two_stage_search_ends_at_the_mode_of_all_the_data(problem, reference_mode):
+    """With a first stage on a subset, the mode (and so the start) is still that of all the data."""
+    import jax.numpy as jnp
+
+    X, y = problem
+    priors = {name: dist.LogNormal(*PRIORS[name]) for name in NAMES}
+    config = ModelConfig(family=FAMILIES["se"], priors=priors)
+    data = {
+        "X": jnp.asarray(X[:, None]),
+        "y": jnp.asarray(y),
+        "Z": jnp.asarray(Z[:, None]),
+        "y_offset": jnp.asarray(y.mean()),
+    }
+    half = {**data, "X": data["X"][::2], "y": data["y"][::2]}
+    values, _ = laplace_start(lambda d: sor.model(d, config), (data,), search_args=(half,))
+    u = np.log([float(values[name]) for name in NAMES])
+    np.testing.assert_allclose(u, reference_mode, atol=1e-5)
+
+
+class _Captured(Exception):
+    """Ends a fit once the mode search's arguments are captured."""
+
+
+def test_fit_searches_a_random_subset_first_on_a_large_data_set(problem, monkeypatch):
+    """From 2 · MAP_SEARCH_POINTS observations on (lowered here to 2 · 50), fit's mode search gets a first
+    stage on a random subset of that size: X and y cut, the same rows of each; Z, the offset, the inputs'
+    centre and the priors' values those of all the data."""
+    from bayes_rbfn.infer import fitting, sampler
+
+    captured = {}
+
+    def capture(model, model_args, seed=0, *, search_args=None, **kwargs):
+        captured.update(model_args=model_args, search_args=search_args)
+        raise _Captured
+
+    monkeypatch.setattr(sampler, "laplace_start", capture)
+    monkeypatch.setattr(fitting, "MAP_SEARCH_POINTS", 50)
+    X, y = problem
+    with pytest.raises(_Captured):
+        br.fit("sor", X, y, Z=Z, init="map", chains=1, warmup=20, draws=20, progress=False)
+    (data, prior_values), (subset, subset_prior_values) = captured["model_args"], captured["search_args"]
+    assert subset["X"].shape == (50, 1) and subset["y"].shape == (50,)
+    rows = [int(np.flatnonzero(np.asarray(data["X"])[:, 0] == x)[0]) for x in np.asarray(subset["X"])[:, 0]]
+    assert len(set(rows)) == 50
+    np.testing.assert_array_equal(np.asarray(subset["y"]), np.asarray(data["y"])[rows])
+    for key in ("Z", "y_offset", "x_centre"):
+        np.testing.assert_array_equal(np.asarray(subset[key]), np.asarray(data[key]))
+    for key, value in prior_values.items():
+        np.testing.assert_array_equal(np.asarray(subset_prior_values[key]), np.asarray(value))
+
+
+@pytest.mark.parametrize(
+    ("size", "options"),
+    [(200, {}), (50, {"model": "grouped"})],
+    ids=["as-many-as-the-data", "grouped-layout"],
+)
+def test_no_subset_where_it_cannot_be_cut(problem, size, options):
+    X, y = problem
+    kwargs = {"group": np.arange(len(y)) % 2} if options else {"Z": Z}
+    gm = br.build_model(options.get("model", "sor"), X, y, **kwargs)
+    assert gm.subset_args(size) is None
