@@ -72,7 +72,8 @@ def reference_hessian(f, u, h=1e-3):
     return 0.5 * (H + H.T)
 
 
-def _library_start(problem, seed):
+def _sor_model_and_data(problem):
+    """The library's sor model under PRIORS, and its data dict, for the 1-D problem."""
     import jax.numpy as jnp
 
     X, y = problem
@@ -84,7 +85,12 @@ def _library_start(problem, seed):
         "Z": jnp.asarray(Z[:, None]),
         "y_offset": jnp.asarray(y.mean()),
     }
-    return laplace_start(lambda d: sor.model(d, config), (data,), seed=seed)
+    return (lambda d: sor.model(d, config)), data
+
+
+def _library_start(problem, seed):
+    model, data = _sor_model_and_data(problem)
+    return laplace_start(model, (data,), seed=seed)
 
 
 @pytest.fixture(scope="module")
@@ -133,9 +139,28 @@ def ridge_problem():
     return X, y, Z_ridge
 
 
-def test_mode_search_is_not_led_along_the_ridge(ridge_problem):
+def _ard_sor_model_and_data(X, y, Z_ard, reference_priors):
+    """The library's sor model with ARD lengthscales under the log-normal ``reference_priors`` ((loc, scale)
+    of each log θ), and its data dict."""
     import jax.numpy as jnp
 
+    loc, scale = reference_priors["lengthscale"]
+    priors = {
+        "lengthscale": dist.LogNormal(jnp.asarray(loc), scale).to_event(1),
+        "noise": dist.LogNormal(*reference_priors["noise"]),
+        "variance": dist.LogNormal(*reference_priors["variance"]),
+    }
+    config = ModelConfig(family=FAMILIES["se"], priors=priors)
+    data = {
+        "X": jnp.asarray(X),
+        "y": jnp.asarray(y),
+        "Z": jnp.asarray(Z_ard),
+        "y_offset": jnp.asarray(y.mean()),
+    }
+    return (lambda d: sor.model(d, config)), data
+
+
+def test_mode_search_is_not_led_along_the_ridge(ridge_problem):
     X, y, Z_ridge = ridge_problem
     # The reference's mode: BFGS on the dense potential, started off the ridge. Started at any corner of
     # ℓ ∈ {1, 10}², σ = 0.2, s² = 1 it ends at the same point (within 1e-6 in u, measured).
@@ -145,19 +170,8 @@ def test_mode_search_is_not_led_along_the_ridge(ridge_problem):
         method="BFGS",
         jac="3-point",
     ).x
-    priors = {
-        "lengthscale": dist.LogNormal(jnp.asarray(RIDGE_PRIORS["lengthscale"][0]), 1.0).to_event(1),
-        "noise": dist.LogNormal(*RIDGE_PRIORS["noise"]),
-        "variance": dist.LogNormal(*RIDGE_PRIORS["variance"]),
-    }
-    config = ModelConfig(family=FAMILIES["se"], priors=priors)
-    data = {
-        "X": jnp.asarray(X),
-        "y": jnp.asarray(y),
-        "Z": jnp.asarray(Z_ridge),
-        "y_offset": jnp.asarray(y.mean()),
-    }
-    values, _ = laplace_start(lambda d: sor.model(d, config), (data,))
+    model, data = _ard_sor_model_and_data(X, y, Z_ridge, RIDGE_PRIORS)
+    values, _ = laplace_start(model, (data,))
     u = np.log(np.concatenate([np.atleast_1d(values[name]) for name in NAMES]))
     np.testing.assert_allclose(u, reference_mode, atol=1e-4)
 
@@ -167,8 +181,6 @@ def noise_mode_problem():
     """300 points in 2-D (the 3-D benchmark's function, 24 inducing inputs among them) on which both
     optimisers from the prior median of seed 0 end in the local mode that takes the 0.3·cos(3x₁) term
     for noise: σ = 0.30, potential 111.16 against 62.93 at the mode, σ = 0.24 (measured)."""
-    import jax.numpy as jnp
-
     rng = np.random.default_rng(1)
     X = rng.uniform(0.0, 10.0, (300, 2))
     f = np.sin(X[:, 0]) + 0.3 * np.cos(3.0 * X[:, 0]) + 0.5 * np.sin(0.5 * X[:, 1] + 1.0)
@@ -179,18 +191,8 @@ def noise_mode_problem():
         "noise": (np.log(0.2 * y.std()), 1.0),
         "variance": (np.log(y.var()), 1.0),
     }
-    priors = {
-        "lengthscale": dist.LogNormal(jnp.asarray(reference_priors["lengthscale"][0]), 1.0).to_event(1),
-        "noise": dist.LogNormal(*reference_priors["noise"]),
-        "variance": dist.LogNormal(*reference_priors["variance"]),
-    }
-    config = ModelConfig(family=FAMILIES["se"], priors=priors)
-    data = {
-        "X": jnp.asarray(X),
-        "y": jnp.asarray(y),
-        "Z": jnp.asarray(Z_noise),
-        "y_offset": jnp.asarray(y.mean()),
-    }
+    model, data = _ard_sor_model_and_data(X, y, Z_noise, reference_priors)
+
     # The reference's mode: the lower end of BFGS on the dense potential from ℓ = (0.5, 0.5) and (5, 5)
     # (σ = 0.2, s² = 1).
     def potential(u):
@@ -209,13 +211,13 @@ def noise_mode_problem():
         for ell in (0.5, 5.0)
     ]
     lowest = min(ends, key=lambda end: end.fun)
-    return (lambda d: sor.model(d, config)), data, lowest.x, lowest.fun
+    return model, data, lowest.x, lambda u: potential(u) - lowest.fun
 
 
 def test_the_shorter_start_reaches_the_mode_where_the_median_start_does_not(noise_mode_problem, monkeypatch):
     from bayes_rbfn.infer import sampler
 
-    model, data, reference_mode, reference_value = noise_mode_problem
+    model, data, reference_mode, above_the_mode = noise_mode_problem
     values, _ = laplace_start(model, (data,), seed=0)
     u = np.log(np.concatenate([np.atleast_1d(values[name]) for name in NAMES]))
     np.testing.assert_allclose(u, reference_mode, atol=1e-4)
@@ -223,10 +225,7 @@ def test_the_shorter_start_reaches_the_mode_where_the_median_start_does_not(nois
     monkeypatch.setattr(sampler, "SHORT_START_SITE", "(no second start)")
     values, _ = laplace_start(model, (data,), seed=0)
     u = np.log(np.concatenate([np.atleast_1d(values[name]) for name in NAMES]))
-    X, y = np.asarray(data["X"]), np.asarray(data["y"])
-    priors = {"lengthscale": (np.log([2.0, 2.0]), 1.0), "noise": (np.log(0.2 * y.std()), 1.0)}
-    priors["variance"] = (np.log(y.var()), 1.0)
-    assert reference_potential(u, X, y, np.asarray(data["Z"]), priors) > reference_value + 10.0
+    assert above_the_mode(u) > 10.0
 
 
 def test_laplace_mass_matrix_is_the_inverse_reference_hessian(problem, library_start):
@@ -324,19 +323,9 @@ def test_fit_passes_the_data_size_to_the_auto_start(problem, monkeypatch):
 
 def test_two_stage_search_ends_at_the_mode_of_all_the_data(problem, reference_mode):
     """With a first stage on a subset, the mode (and so the start) is still that of all the data."""
-    import jax.numpy as jnp
-
-    X, y = problem
-    priors = {name: dist.LogNormal(*PRIORS[name]) for name in NAMES}
-    config = ModelConfig(family=FAMILIES["se"], priors=priors)
-    data = {
-        "X": jnp.asarray(X[:, None]),
-        "y": jnp.asarray(y),
-        "Z": jnp.asarray(Z[:, None]),
-        "y_offset": jnp.asarray(y.mean()),
-    }
+    model, data = _sor_model_and_data(problem)
     half = {**data, "X": data["X"][::2], "y": data["y"][::2]}
-    values, _ = laplace_start(lambda d: sor.model(d, config), (data,), search_args=(half,))
+    values, _ = laplace_start(model, (data,), search_args=(half,))
     u = np.log([float(values[name]) for name in NAMES])
     np.testing.assert_allclose(u, reference_mode, atol=1e-5)
 
