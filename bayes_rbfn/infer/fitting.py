@@ -287,7 +287,8 @@ class GenerativeModel:
     def subset_args(self, size: int, seed: int = 0) -> tuple[dict, dict] | None:
         """:attr:`args` on a random subset of ``size`` observations (the first stage of the mode search on
         a large data set: :func:`~bayes_rbfn.infer.sampler.laplace_start`), or None where the layout
-        cannot be cut that way (grouped, or sharded over devices) or there are no more observations.
+        cannot be cut that way (grouped, or sharded over devices) or ``size`` is not below the number of
+        observations.
 
         Only X and y are cut: the inducing inputs, the prior mean's offset and the inputs' centre stay
         those of the whole data set, so the subset's potential has the same parameters and meaning.
@@ -573,9 +574,10 @@ def fit(
             much shorter early warm-up trees when the posterior is narrow, e.g. for large N; falls back
             to ``"median"`` with a warning when the mode search fails) or ``"auto"`` (default):
             ``"map"`` from 10,000 data points on (:data:`~bayes_rbfn.defaults.MAP_START_MIN_POINTS`),
-            where the warm-up it saves is worth most, else ``"median"``. From 20,000 points on the mode
-            is searched on a random 10,000 of them first (:data:`~bayes_rbfn.defaults.MAP_SEARCH_POINTS`)
-            and then on all of them from there.
+            where the warm-up it saves is worth most, else ``"median"``. The mode is searched from the
+            prior median and from 4× shorter lengthscales; from 20,000 points on, on a random 10,000 of
+            them first (:data:`~bayes_rbfn.defaults.MAP_SEARCH_POINTS`), then on all of them from the
+            lowest end.
 
     Returns:
         InferenceData with groups posterior, sample_stats, observed_data (y), constant_data (X, Z,

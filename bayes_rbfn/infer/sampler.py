@@ -262,8 +262,9 @@ def laplace_start(
     :data:`SHORT_START_FACTOR`). With ``search_args`` (the model's arguments on a random subset of the
     data, :meth:`~bayes_rbfn.infer.fitting.GenerativeModel.subset_args`) the search runs in two stages:
     from both starts on the subset, where each gradient is cheaper, then on ``model_args`` from the
-    lowest end of the first stage only (from both starts again if the first stage found none). The mode,
-    the Hessian and the failure rule are those of ``model_args`` alone.
+    lowest end of the first stage only (from both starts, as without a subset, if the first stage found
+    no mode or its mode led to none). The mode, the Hessian and the failure rule are those of
+    ``model_args`` alone.
 
     Args:
         model: NumPyro model. model_args: its positional arguments. seed: PRNG seed of the median start
@@ -337,11 +338,14 @@ def laplace_start(
                 dynamic_args=True,
             )
             starts.append(np.asarray(ravel_pytree(short_info.param_info.z)[0], dtype=np.float64))
-    if search_args is not None:
-        first_stage, _ = lowest_end(search_args, starts)
-        if first_stage is not None:
-            starts = [np.asarray(first_stage.u, dtype=np.float64)]
-    best, failures = lowest_end(model_args, starts)
+    first_stage = lowest_end(search_args, starts)[0] if search_args is not None else None
+    if first_stage is None:
+        best, failures = lowest_end(model_args, starts)
+    else:
+        best, failures = lowest_end(model_args, [np.asarray(first_stage.u, dtype=np.float64)])
+        if best is None:  # the subset's mode led nowhere on all the data: both starts there
+            best, more = lowest_end(model_args, starts)
+            failures += more
     if best is None:
         raise FloatingPointError(f"the posterior mode search found no mode ({'; '.join(failures)})")
     u, eye = best.u, jnp.eye(best.u.shape[0], dtype=best.u.dtype)
