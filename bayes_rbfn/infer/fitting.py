@@ -48,7 +48,7 @@ from bayes_rbfn.infer.failures import (
 )
 from bayes_rbfn.infer.predictive import draw_work, model_moments
 from bayes_rbfn.infer.programs import by_program
-from bayes_rbfn.infer.sampler import SamplerSettings, nuts_kernel, run_chains
+from bayes_rbfn.infer.sampler import SamplerSettings, nuts_kernel, resolve_init, run_chains
 from bayes_rbfn.infer.schema import posterior_params, rebuild
 from bayes_rbfn.models import ModelConfig, ModelSpec, get_model, model_specs
 from bayes_rbfn.models.distributions import deferred_loo
@@ -636,6 +636,7 @@ def fit(
                 search_args=(
                     problem.subset_args(MAP_SEARCH_POINTS, settings.seed)
                     if X.shape[0] >= 2 * MAP_SEARCH_POINTS
+                    and resolve_init(settings.init, X.shape[0]) == "map"
                     else None
                 ),
             )

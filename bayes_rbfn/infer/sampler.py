@@ -24,7 +24,6 @@ References
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import warnings
@@ -281,6 +280,7 @@ def laplace_start(
             start).
     """
     from jax.flatten_util import ravel_pytree
+    from numpyro.distributions.transforms import biject_to
     from numpyro.infer.util import initialize_model
 
     from bayes_rbfn.gp import linalg
@@ -326,18 +326,12 @@ def laplace_start(
 
     starts = [np.asarray(u0, dtype=np.float64)]
     if SHORT_START_SITE in info.param_info.z:  # the second start: every lengthscale shorter
-        median = info.postprocess_fn(*model_args)(info.param_info.z)
-        shorter = {k: median[k] for k in info.param_info.z}
-        shorter[SHORT_START_SITE] = shorter[SHORT_START_SITE] / SHORT_START_FACTOR
-        with contextlib.suppress(RuntimeError):  # no finite density there (a bounded prior, say)
-            short_info = initialize_model(
-                jax.random.PRNGKey(seed),
-                model,
-                model_args=model_args,
-                init_strategy=init_to_value(values=shorter),
-                dynamic_args=True,
-            )
-            starts.append(np.asarray(ravel_pytree(short_info.param_info.z)[0], dtype=np.float64))
+        to_support = biject_to(info.model_trace[SHORT_START_SITE]["fn"].support)
+        shorter = dict(info.param_info.z)
+        shorter[SHORT_START_SITE] = to_support.inv(to_support(shorter[SHORT_START_SITE]) / SHORT_START_FACTOR)
+        short_start = np.asarray(ravel_pytree(shorter)[0], dtype=np.float64)
+        if np.all(np.isfinite(short_start)):  # else outside the prior's support (a bounded prior, say)
+            starts.append(short_start)
     first_stage = lowest_end(search_args, starts)[0] if search_args is not None else None
     if first_stage is None:
         best, failures = lowest_end(model_args, starts)

@@ -72,24 +72,31 @@ def reference_hessian(f, u, h=1e-3):
     return 0.5 * (H + H.T)
 
 
-def _sor_model_and_data(problem):
-    """The library's sor model under PRIORS, and its data dict, for the 1-D problem."""
+def _sor_model_and_data(X, y, Z_sor, reference_priors):
+    """The library's sor model under the log-normal ``reference_priors`` ((loc, scale) of each log θ; a
+    vector of lengthscale locs gives ARD lengthscales), and its data dict for (N, D) inputs."""
     import jax.numpy as jnp
 
-    X, y = problem
-    priors = {name: dist.LogNormal(*PRIORS[name]) for name in NAMES}
+    loc, scale = reference_priors["lengthscale"]
+    lengthscale = dist.LogNormal(jnp.asarray(loc), scale)
+    priors = {
+        "lengthscale": lengthscale.to_event(1) if np.ndim(loc) else lengthscale,
+        "noise": dist.LogNormal(*reference_priors["noise"]),
+        "variance": dist.LogNormal(*reference_priors["variance"]),
+    }
     config = ModelConfig(family=FAMILIES["se"], priors=priors)
     data = {
-        "X": jnp.asarray(X[:, None]),
+        "X": jnp.asarray(X),
         "y": jnp.asarray(y),
-        "Z": jnp.asarray(Z[:, None]),
+        "Z": jnp.asarray(Z_sor),
         "y_offset": jnp.asarray(y.mean()),
     }
     return (lambda d: sor.model(d, config)), data
 
 
 def _library_start(problem, seed):
-    model, data = _sor_model_and_data(problem)
+    X, y = problem
+    model, data = _sor_model_and_data(X[:, None], y, Z[:, None], PRIORS)
     return laplace_start(model, (data,), seed=seed)
 
 
@@ -139,27 +146,6 @@ def ridge_problem():
     return X, y, Z_ridge
 
 
-def _ard_sor_model_and_data(X, y, Z_ard, reference_priors):
-    """The library's sor model with ARD lengthscales under the log-normal ``reference_priors`` ((loc, scale)
-    of each log θ), and its data dict."""
-    import jax.numpy as jnp
-
-    loc, scale = reference_priors["lengthscale"]
-    priors = {
-        "lengthscale": dist.LogNormal(jnp.asarray(loc), scale).to_event(1),
-        "noise": dist.LogNormal(*reference_priors["noise"]),
-        "variance": dist.LogNormal(*reference_priors["variance"]),
-    }
-    config = ModelConfig(family=FAMILIES["se"], priors=priors)
-    data = {
-        "X": jnp.asarray(X),
-        "y": jnp.asarray(y),
-        "Z": jnp.asarray(Z_ard),
-        "y_offset": jnp.asarray(y.mean()),
-    }
-    return (lambda d: sor.model(d, config)), data
-
-
 def test_mode_search_is_not_led_along_the_ridge(ridge_problem):
     X, y, Z_ridge = ridge_problem
     # The reference's mode: BFGS on the dense potential, started off the ridge. Started at any corner of
@@ -170,7 +156,7 @@ def test_mode_search_is_not_led_along_the_ridge(ridge_problem):
         method="BFGS",
         jac="3-point",
     ).x
-    model, data = _ard_sor_model_and_data(X, y, Z_ridge, RIDGE_PRIORS)
+    model, data = _sor_model_and_data(X, y, Z_ridge, RIDGE_PRIORS)
     values, _ = laplace_start(model, (data,))
     u = np.log(np.concatenate([np.atleast_1d(values[name]) for name in NAMES]))
     np.testing.assert_allclose(u, reference_mode, atol=1e-4)
@@ -191,7 +177,7 @@ def noise_mode_problem():
         "noise": (np.log(0.2 * y.std()), 1.0),
         "variance": (np.log(y.var()), 1.0),
     }
-    model, data = _ard_sor_model_and_data(X, y, Z_noise, reference_priors)
+    model, data = _sor_model_and_data(X, y, Z_noise, reference_priors)
 
     # The reference's mode: the lower end of BFGS on the dense potential from ℓ = (0.5, 0.5) and (5, 5)
     # (σ = 0.2, s² = 1).
@@ -323,7 +309,8 @@ def test_fit_passes_the_data_size_to_the_auto_start(problem, monkeypatch):
 
 def test_two_stage_search_ends_at_the_mode_of_all_the_data(problem, reference_mode):
     """With a first stage on a subset, the mode (and so the start) is still that of all the data."""
-    model, data = _sor_model_and_data(problem)
+    X, y = problem
+    model, data = _sor_model_and_data(X[:, None], y, Z[:, None], PRIORS)
     half = {**data, "X": data["X"][::2], "y": data["y"][::2]}
     values, _ = laplace_start(model, (data,), search_args=(half,))
     u = np.log([float(values[name]) for name in NAMES])
