@@ -115,7 +115,28 @@ def observe(distribution: dist.Distribution, data: Mapping[str, Any]) -> Any:
     return numpyro.sample("y", distribution, obs=data.get("y"))
 
 
-class ModelMarginal(dist.Distribution):
+class SortedPytreeFields:
+    """A NumPyro distribution whose pytree fields flatten in one order in every process.
+
+    NumPyro gathers a distribution's ``pytree_data_fields`` and ``pytree_aux_fields`` through a ``set``
+    (numpyro 0.22 ``Distribution.gather_pytree_data_fields``), whose order of strings changes with the
+    process's hash seed. A distribution passed through ``jax.jit`` then gives its arrays to the program in
+    another order in each process: the same computation lowers to another text, and JAX's persistent
+    compilation cache, keyed by that text, missed every NUTS program of a fresh process (a CLI fit
+    compiled its NUTS loop anew each run). Sorted, the order is fixed. Mix in before
+    ``dist.Distribution``.
+    """
+
+    @classmethod
+    def gather_pytree_data_fields(cls) -> tuple[str, ...]:
+        return tuple(sorted(super().gather_pytree_data_fields()))  # type: ignore[misc]
+
+    @classmethod
+    def gather_pytree_aux_fields(cls) -> tuple[str, ...]:
+        return tuple(sorted(super().gather_pytree_aux_fields()))  # type: ignore[misc]
+
+
+class ModelMarginal(SortedPytreeFields, dist.Distribution):
     """The observed y of a model with its own marginal likelihood (``blr``, ``grouped``) as a distribution.
 
     ``log_prob(y)`` is the model's ``log_density(params, data with y, config)``; ``sample`` its simulator

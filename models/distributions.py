@@ -59,6 +59,7 @@ from numpyro.distributions import constraints
 from bayes_rbfn.gp import conditional, linalg, parallel, sparse
 from bayes_rbfn.gp.kernels import Kernel
 from bayes_rbfn.gp.validation import check_X
+from bayes_rbfn.models.common import SortedPytreeFields
 from bayes_rbfn.models.means import mean_vector
 
 __all__ = ["APPROXIMATIONS", "ExactGP", "SparseGP", "deferred_loo", "loo_log_likelihood"]
@@ -74,7 +75,7 @@ def _predictive(mean: jax.Array, moments: conditional.Gaussian, full_cov: bool) 
     return dist.Normal(mean + moments.mean, jnp.sqrt(jnp.maximum(moments.var, 0.0))).to_event(1)
 
 
-class _GaussianProcessMarginal(dist.Distribution):
+class _GaussianProcessMarginal(SortedPytreeFields, dist.Distribution):
     """What both marginals share: the event shape (N,), the mean, support on ℝᴺ."""
 
     arg_constraints: ClassVar[dict] = {}
