@@ -19,7 +19,9 @@ its sampler once per shape, a new ``MCMC`` object retraces — and the "XLA comp
 compile durations during the run; tracing and lowering are in the JSON) shows how much each run
 compiled. ``--fresh-process`` runs every sampler and repeat in its own Python process (this script with
 the hidden ``--one`` flag, which prints one JSON line; the time is taken inside it, so importing JAX is
-not counted), so every run pays its compile. JAX's persistent compilation cache is off in both modes.
+not counted), so every run pays its compile. JAX's persistent compilation cache is off in both modes,
+unless ``--cache DIR`` turns it on in that folder for every run (both samplers): with ``--fresh-process``
+that is each user's second run of a script, whose programs a new process finds there.
 
 Reported per row (medians over the repeats): wall s, XLA compile s, minimum bulk ESS over the hyperparameters
 (every lengthscale, variance, noise), ESS/s, gradient evaluations in the kept draws (the sum of NUTS's
@@ -29,7 +31,7 @@ ESS per gradient relative to the reference. Writes ``<out>/ess_vs_numpyro.md`` a
 
     python benchmarks/ess_vs_numpyro.py [--sizes 1000,10000,100000] [--dims 1,3] [--repeats 3]
         [--first-repeat 0] [--draws 500] [--warmup 500] [--device cpu|gpu] [--fresh-process] [--lean-fit]
-        [--out DIR]
+        [--cache DIR] [--out DIR]
 """
 
 from __future__ import annotations
@@ -99,6 +101,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         action="store_true",
         help="fit without its post-sampling outputs (log_likelihood, posterior_predictive, predictions at X)",
     )
+    ap.add_argument(
+        "--cache", default=None, help="JAX's persistent compilation cache in this folder (default: off)"
+    )
     ap.add_argument("--out", default=str(HERE / "results"))
     # One run, JSON on the last line of stdout: what --fresh-process starts.
     ap.add_argument("--one", choices=SAMPLERS, help=argparse.SUPPRESS)
@@ -108,9 +113,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def start_jax(device: str):
+def start_jax(device: str, cache: str | None = None):
     """Select the platform before JAX starts, fail clearly when it is not there, then float64 and the BLAS
-    limit (the latter on the CPU only); the persistent compilation cache is turned off."""
+    limit (the latter on the CPU only); the persistent compilation cache is turned off, or on in ``cache``."""
     os.environ["JAX_PLATFORMS"] = PLATFORMS[device]
     import jax
 
@@ -129,8 +134,12 @@ def start_jax(device: str):
     want = "gpu" if device == "gpu" else "cpu"
     if not devices or devices[0].platform != want:
         raise SystemExit(f"--device {device}: JAX's devices are {devices}, not {want}")
-    jax.config.update("jax_enable_compilation_cache", False)
     from bayes_rbfn import runtime
+
+    if cache:
+        runtime.enable_compilation_cache(cache)
+    else:
+        jax.config.update("jax_enable_compilation_cache", False)
 
     runtime.enable_x64()
     runtime.limit_blas_threads()
@@ -291,6 +300,7 @@ def spawn_one(name: str, N: int, D: int, M: int, seed: int, args) -> dict:
     command = [sys.executable, str(Path(__file__).resolve()), "--one", name, "--N", str(N), "--D", str(D)]
     command += ["--M", str(M), "--seed", str(seed), "--draws", str(args.draws), "--warmup", str(args.warmup)]
     command += ["--device", args.device] + (["--lean-fit"] if args.lean_fit else [])
+    command += ["--cache", args.cache] if args.cache else []
     done = subprocess.run(command, capture_output=True, text=True)
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
@@ -347,7 +357,8 @@ def table(results: list[dict]) -> list[str]:
 
 def notes(args, meta: dict) -> list[str]:
     mode = (
-        "each run in its own Python process (`--fresh-process`): every run pays its compile"
+        "each run in its own Python process (`--fresh-process`)"
+        + ("" if args.cache else ": every run pays its compile")
         if args.fresh_process
         else "all runs in one process: a repeat after the first may reuse programs JAX compiled earlier in "
         "the process (fit compiles its sampler once per shape; a new NumPyro `MCMC` retraces) — the XLA "
@@ -366,7 +377,12 @@ def notes(args, meta: dict) -> list[str]:
         f"interleaved repeat{'s' if args.repeats != 1 else ''} (the first sampler alternating); ratios are "
         "of the medians.",
         f"- Wall time from the call to the returned draws, compilation included; {mode}. JAX's persistent "
-        "compilation cache is off.",
+        + (
+            "compilation cache is on (`--cache`), shared by every run and filled before them: a run "
+            "compiles only what it does not find there."
+            if args.cache
+            else "compilation cache is off."
+        ),
         f"- {fit_outputs}.",
         "- Gradients: NUTS leapfrog steps (`num_steps` / `n_steps`) summed over the kept draws; warm-up "
         "gradients are not counted. Min bulk ESS: over every lengthscale component, the variance and the "
@@ -386,7 +402,7 @@ def notes(args, meta: dict) -> list[str]:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    jax = start_jax(args.device)
+    jax = start_jax(args.device, args.cache)
     clock = CompileClock(jax)
     sys.path.insert(0, str(HERE))  # reference_sor, beside this script
 
@@ -409,7 +425,9 @@ def main(argv=None) -> None:
         k: getattr(args, k)
         for k in ("sizes", "dims", "M", "draws", "warmup", "repeats", "first_repeat", "pymc_sizes")
     }
-    settings.update(device=args.device, fresh_process=args.fresh_process, lean_fit=args.lean_fit)
+    settings.update(
+        device=args.device, fresh_process=args.fresh_process, lean_fit=args.lean_fit, cache=bool(args.cache)
+    )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
