@@ -94,9 +94,14 @@ def _sor_model_and_data(X, y, Z_sor, reference_priors):
     return (lambda d: sor.model(d, config)), data
 
 
-def _library_start(problem, seed):
+def _sor_1d(problem):
+    """:func:`_sor_model_and_data` for the 1-D problem under PRIORS."""
     X, y = problem
-    model, data = _sor_model_and_data(X[:, None], y, Z[:, None], PRIORS)
+    return _sor_model_and_data(X[:, None], y, Z[:, None], PRIORS)
+
+
+def _library_start(problem, seed):
+    model, data = _sor_1d(problem)
     return laplace_start(model, (data,), seed=seed)
 
 
@@ -309,8 +314,7 @@ def test_fit_passes_the_data_size_to_the_auto_start(problem, monkeypatch):
 
 def test_two_stage_search_ends_at_the_mode_of_all_the_data(problem, reference_mode):
     """With a first stage on a subset, the mode (and so the start) is still that of all the data."""
-    X, y = problem
-    model, data = _sor_model_and_data(X[:, None], y, Z[:, None], PRIORS)
+    model, data = _sor_1d(problem)
     half = {**data, "X": data["X"][::2], "y": data["y"][::2]}
     values, _ = laplace_start(model, (data,), search_args=(half,))
     u = np.log([float(values[name]) for name in NAMES])
