@@ -63,6 +63,8 @@ __all__ = [
 
 #: How several chains run: one per device, vectorised on one, or one after the other.
 CHAIN_METHODS = ("parallel", "vectorized", "sequential")
+#: The name of the chains' axis of the parallel (one chain per device) programs.
+CHAIN_AXIS = "chains"
 
 #: Sample statistics collected per iteration (names as NumPyro's ``extra_fields``).
 STAT_FIELDS = ("diverging", "potential_energy", "accept_prob", "num_steps", "energy", "adapt_state.step_size")
@@ -556,8 +558,12 @@ def run_chains(
     # makes it vmap its own transition). The methods compile to different programs whose rounding
     # differs, so a checkpoint continues only under the method that started it (it records the method).
     if parallel:
-        batched_init = jax.pmap(init, in_axes=(0, None))
-        batched_advance = jax.pmap(advance, in_axes=(0, None, None), static_broadcasted_argnums=2)
+        # A named axis: pmap's default axis is an object whose repr (a memory address) enters the lowered
+        # program, whose persistent-cache key then differs in every process (all its compile paid again).
+        batched_init = jax.pmap(init, in_axes=(0, None), axis_name=CHAIN_AXIS)
+        batched_advance = jax.pmap(
+            advance, in_axes=(0, None, None), static_broadcasted_argnums=2, axis_name=CHAIN_AXIS
+        )
     else:
         advance_all = by_program(advance, static_argnums=(2,))
 

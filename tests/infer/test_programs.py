@@ -255,14 +255,19 @@ def test_a_refit_of_the_same_shapes_compiles_nothing():
 
 
 #: Lowers each model's log density (prior draws and density in one traced program, nothing run eagerly)
-#: and prints a digest of its text. Run under two hash seeds: Python's set order of strings differs there.
+#: and prints a digest of its text; then runs fit's NUTS loop (on a small model) with two chains, one per
+#: device, and adds a digest of every program it compiled, as JAX dumps their text (``jax_dump_ir_to``; a persistent-cache hit is
+#: dumped too). Run under two hash seeds: Python's set order of strings differs there, and so do the
+#: memory addresses that an unnamed pmap axis prints.
 _LOWERED_DIGESTS = """
-import hashlib, json
-import jax, numpy as np
+import hashlib, json, pathlib, tempfile
+import jax, numpy as np, numpyro, numpyro.distributions as dist
 from numpyro.handlers import seed, trace
 from numpyro.infer.util import log_density
 from bayes_rbfn import build_model, runtime
+from bayes_rbfn.infer.sampler import SamplerSettings, nuts_kernel, run_chains
 runtime.enable_x64()
+assert jax.device_count() == 2, jax.devices()
 rng = np.random.default_rng(0)
 X = np.sort(rng.uniform(0, 5, 24)); y = np.sin(X) + 0.1 * rng.standard_normal(24)
 models = {"sor": {}, "exact": {}, "grouped": {"group": np.repeat([0, 1], 12)}}  # each distribution class
@@ -275,22 +280,44 @@ for name, options in models.items():
         return log_density(problem.model, problem.prior_args, {}, params)[0]
     text = jax.jit(logp).lower(jax.random.PRNGKey(0)).as_text(debug_info=False)
     digests[name] = hashlib.sha256(text.encode()).hexdigest()
+dump = pathlib.Path(tempfile.mkdtemp())
+jax.config.update("jax_dump_ir_to", str(dump))
+def location(y):  # a small model: the sampler's programs are what is checked here
+    mu = numpyro.sample("mu", dist.Normal(0.0, 2.0))
+    numpyro.sample("y", dist.Normal(mu, 1.0).expand([y.shape[0]]).to_event(1), obs=y)
+settings = SamplerSettings(chains=2, chain_method="parallel", warmup=5, draws=5, progress=False)
+run_chains(nuts_kernel(location, (y,), settings), (y,), settings)
+for path in sorted(dump.iterdir()):
+    digests[path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
 print(json.dumps(digests))
 """
 
 
 def test_programs_lower_to_the_same_text_in_every_process():
     """JAX's persistent compilation cache (which a fresh process, e.g. each CLI run, reads) is keyed by the
-    lowered text: a model's log density (here one for each distribution class: SparseGP, ExactGP and the
-    models' marginal) must lower to the same text whatever the process's hash seed. NumPyro gathers a
-    distribution's pytree fields through a set; before the classes sorted them, SoR's text differed under
-    the seeds below (this test failed so), and every fresh process compiled its NUTS program anew."""
+    lowered text, which must not depend on the process.
+
+    - A model's log density (one for each distribution class: SparseGP, ExactGP and the models'
+      marginal) whatever the process's hash seed: NumPyro gathers a distribution's pytree fields through
+      a set; before the classes sorted them, SoR's text differed under the seeds below (this test failed
+      so), and every fresh process compiled its NUTS program anew.
+    - Every program of fit's NUTS loop with chains run one per device: pmap's unnamed axis printed as
+      ``<axis 0x7f…>``, a memory address; before the sampler named it (``CHAIN_AXIS``) this test failed,
+      and every CLI fit with 2 chains compiled its two NUTS programs again (7.7 s of a 20.6 s fit)."""
     runs = []
     for hash_seed in ("1", "2"):
-        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "BAYES_RBFN_NO_CACHE": "1", "JAX_PLATFORMS": "cpu"}
+        env = {
+            **os.environ,
+            "PYTHONHASHSEED": hash_seed,
+            "JAX_PLATFORMS": "cpu",
+            "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2",
+        }
         proc = subprocess.run(
             [sys.executable, "-c", _LOWERED_DIGESTS], env=env, capture_output=True, text=True, timeout=600
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    assert runs[0] == runs[1]
+    pmapped = [name for name in runs[0] if name.endswith("jit__fun_compile.mlir")]  # pmap's programs
+    assert len(pmapped) >= 2, sorted(runs[0])  # the chains' init and advance were dumped
+    differ = sorted(name for name in runs[0] if runs[0][name] != runs[1].get(name))
+    assert runs[0].keys() == runs[1].keys() and differ == [], differ
