@@ -256,9 +256,9 @@ def test_a_refit_of_the_same_shapes_compiles_nothing():
 
 #: Lowers each model's log density (prior draws and density in one traced program, nothing run eagerly)
 #: and prints a digest of its text; then runs fit's NUTS loop (on a small model) with two chains, one per
-#: device, and adds a digest of every program it compiled, as JAX dumps their text (``jax_dump_ir_to``; a persistent-cache hit is
-#: dumped too). Run under two hash seeds: Python's set order of strings differs there, and so do the
-#: memory addresses that an unnamed pmap axis prints.
+#: device, and adds a digest of every program it compiled, as JAX dumps their text (``jax_dump_ir_to``;
+#: a persistent-cache hit is dumped too). Run under two hash seeds: Python's set order of strings differs
+#: there, and so do the memory addresses that an unnamed pmap axis prints.
 _LOWERED_DIGESTS = """
 import hashlib, json, pathlib, tempfile
 import jax, numpy as np, numpyro, numpyro.distributions as dist
