@@ -376,7 +376,7 @@ _SHARDED_SCRIPT = textwrap.dedent(
     rng = np.random.default_rng(0)
     out = {}
     problems = []
-    for N in (4001, 4000):   # odd: the leftover point is handled outside shard_map
+    for N in (4001,):   # odd: the leftover point is handled outside shard_map (even: N = 2,000 below)
         X = jnp.asarray(rng.uniform(0, 5, (N, 2)))
         y = jnp.asarray(np.sin(np.asarray(X).sum(1)) + 0.1 * rng.standard_normal(N))
         data = {"X": X, "y": y, "Z": jnp.asarray(rng.uniform(0, 5, (30, 2))), "y_offset": jnp.asarray(0.1)}
@@ -435,13 +435,14 @@ _SHARDED_SCRIPT = textwrap.dedent(
             return np.asarray(loo(Xi, yi, Zi))
         a, b = loo_i(None), loo_i(mesh)
         out["interpolated"][str(chunk)] = float(np.max(np.abs(a - b) / np.abs(a)))
-        floor = parallel.LOO_LEVERAGE_FLOOR[jnp.dtype("float64")]
-        parallel.LOO_LEVERAGE_FLOOR[jnp.dtype("float64")] = -np.inf
-        out["interpolated_changed"].append(np.flatnonzero(loo_i(None) != a).tolist())
-        parallel.LOO_LEVERAGE_FLOOR[jnp.dtype("float64")] = floor
+        if chunk == 64:  # (one chunk length suffices to show that the pass is taken)
+            floor = parallel.LOO_LEVERAGE_FLOOR[jnp.dtype("float64")]
+            parallel.LOO_LEVERAGE_FLOOR[jnp.dtype("float64")] = -np.inf
+            out["interpolated_changed"].append(np.flatnonzero(loo_i(None) != a).tolist())
+            parallel.LOO_LEVERAGE_FLOOR[jnp.dtype("float64")] = floor
     # The predictive's draws spread round-robin over both devices = all on one device.
     from bayes_rbfn.infer import predictive
-    _, data4, params4, X_test4, chunk4 = problems[1]
+    _, data4, params4, X_test4, chunk4 = problems[0]
     config = ModelConfig(family=FAMILIES["se"], priors={}, chunk_size=chunk4)
     draws = {k: jnp.asarray(np.asarray(v) * np.exp(rng.normal(0, 0.1, (2, 7) + np.shape(v))))
              for k, v in params4.items()}
@@ -499,10 +500,10 @@ def test_sharded_equals_single_device():
     assert proc.returncode == 0, proc.stderr[-4000:]
     line = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT"))
     result = json.loads(line[len("RESULT") :])
-    for N in ("4001", "4000", "200001", "interpolated"):
+    for N in ("4001", "200001", "interpolated"):
         for name, rel in result[N].items():
             assert rel < 1e-10, (N, name, rel, "reordered sums alone differ by", result["reordered"])
-    assert result["interpolated_changed"] == [[500, 1500, 1999]] * 2
+    assert result["interpolated_changed"] == [[500, 1500, 1999]]
     assert result["fit_draws"] == 20 and result["fit_finite"]
     # Draw batches spread over both devices (7 batches of 3 draws, the last padded) = one device's.
     assert result["draw_devices"] == 2 and result["draw_devices_with_mesh"] is None
