@@ -141,10 +141,18 @@ def test_factor_residual_form_and_gradients_equal_dense(fast, d, chunk):
     argnums = tuple(range(6))
     expected = jax.value_and_grad(_dense_residual_lml, argnums=argnums)(*args)
     actual = jax.jit(jax.value_and_grad(streamed, argnums=argnums))(*args)
+    small_noise = d.ndim == 0 and float(d) < 1e-6
     # At σ = 1e-6 the two summation orders (streamed, dense) leave ~1e-8 between the gradients (measured).
-    rtol = 1e-7 if d.ndim == 0 and float(d) < 1e-6 else 1e-8 if fast else 1e-10
-    for a, e in zip(jax.tree_util.tree_leaves(actual), jax.tree_util.tree_leaves(expected), strict=True):
-        assert_close(a, e, rtol=rtol, atol=rtol)
+    rtol = 1e-7 if small_noise else 1e-8 if fast else 1e-10
+    leaves, leaves_e = (jax.tree_util.tree_leaves(v) for v in (actual, expected))
+    for i, (a, e) in enumerate(zip(leaves, leaves_e, strict=True)):
+        if small_noise and i == 2:
+            # The variance gradient (3.2 here, against 4e6 for a lengthscale) is a difference of terms of
+            # order 1/σ²: it holds ~ε/σ² = 2e-4 absolutely whatever computes it. Dense and streamed
+            # differed by 6e-9 under XLA's default code and by 2e-4 at its optimisation level 0.
+            assert_close(a, e, rtol=rtol, atol=10 * np.finfo(np.float64).eps / float(d), scale=1.0)
+        else:
+            assert_close(a, e, rtol=rtol, atol=rtol)
 
 
 def test_only_hyperparameters_are_differentiated():
