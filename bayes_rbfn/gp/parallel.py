@@ -445,6 +445,9 @@ def _streamed(
     chunk and of kernel, Z, W; the inputs shifted by :func:`_centre` first), and each chunk's result is
     cast to float64 before it is added to the float64 sums and cotangents; the residual sweep stays in
     float64 (see the module docstring).
+
+    The function is jitted (and cached with its settings): called eagerly, a second call of the same
+    shapes traces and compiles nothing; inside a caller's ``jit`` it is inlined as any nested program.
     """
     # The dtype of each chunk's work: float32 under "mixed" (float64 inputs), else the inputs' own.
     low = functools.partial(_low, precision=precision)
@@ -564,7 +567,7 @@ def _streamed(
             return backward(kernel, Z, X, y, w, W, AAt, Ay, *ct, None, None)
 
         f.defvjp(fwd, bwd)
-        return f
+        return jax.jit(f)
 
     @linalg.full_precision
     def forward(kernel, Z, Luu, X, y, w, d0):
@@ -589,7 +592,7 @@ def _streamed(
         return dk, dz, dLuu + dLuu_m, dX, dy, dw, dd0
 
     f_res.defvjp(forward, bwd_res)
-    return f_res
+    return jax.jit(f_res)
 
 
 def _weights(d: Any, y: jax.Array, mask: jax.Array | None, dtype: Any) -> tuple[jax.Array, jax.Array]:
@@ -868,6 +871,7 @@ def _leave_block_out_local(
     return lax.map(chunk, (*chunks, R_out)).reshape(-1)
 
 
+@functools.partial(jax.jit, static_argnums=(7, 8))
 def _leave_block_out_loo(
     kernel: Kernel,
     Z: jax.Array,
@@ -922,6 +926,29 @@ def _leave_block_out_loo(
             shared, *arrays
         )
     return out[:N]
+
+
+def _woodbury_loo_local(shared, X, y, w, n_blocks, per_block, C_eff):
+    """:func:`sor_loo`'s Woodbury pass on one device's rows: per point (log p(y_i | y_−i), 1 − h_i)."""
+    kernel, Z, R, m = shared
+
+    def body(carry, x, yc, wc):
+        K = kernel(Z, x)
+        V = (R @ K) * wc
+        precision = wc - jnp.sum(V * V, axis=0)
+        return carry, (linalg.loo_from_precision(precision, wc * (yc - m @ K)), precision / wc)
+
+    # The block layout of the sums (nothing is summed here: a zero per block), so that every point
+    # sits in the same chunk on one device and on several: the precision wc − ‖v‖² cancels, and
+    # other chunk shapes alone would move it at the 1e-10 level for large N.
+    return _blocked(body, jnp.zeros((), R.dtype), n_blocks, per_block, C_eff, X, y, w)
+
+
+@functools.cache
+def _woodbury_loo_pass(mesh: Mesh | None, N: int, C: int) -> Callable:
+    """``run(shared, X, y, w)`` of :func:`_woodbury_loo_local` over N points, compiled once per layout
+    (an eager :func:`sor_loo` then traces and compiles nothing the second time)."""
+    return jax.jit(_summed_over_data(_woodbury_loo_local, mesh, N, C))
 
 
 def sor_loo(
@@ -999,23 +1026,9 @@ def sor_loo(
     R = factor.weight_cov_factor()
     w, _ = _weights(d, y, mask, R.dtype)
 
-    def local(shared, X, y, w, n_blocks, per_block, C_eff):
-        kernel, Z, R, m = shared
-
-        def body(carry, x, yc, wc):
-            K = kernel(Z, x)
-            V = (R @ K) * wc
-            precision = wc - jnp.sum(V * V, axis=0)
-            return carry, (linalg.loo_from_precision(precision, wc * (yc - m @ K)), precision / wc)
-
-        # The block layout of the sums (nothing is summed here: a zero per block), so that every point
-        # sits in the same chunk on one device and on several: the precision wc − ‖v‖² cancels, and
-        # other chunk shapes alone would move it at the 1e-10 level for large N.
-        return _blocked(body, jnp.zeros((), R.dtype), n_blocks, per_block, C_eff, X, y, w)
-
     # Padded points have ω = 0 (their values, cut off or masked, are not finite).
     shared = (kernel, Z, R, factor.weight_mean())
-    loo, one_minus_h = _summed_over_data(local, mesh, X.shape[0], C)(shared, X, y, w)[1]
+    loo, one_minus_h = _woodbury_loo_pass(mesh, X.shape[0], C)(shared, X, y, w)[1]
     floor = LOO_LEVERAGE_FLOOR.get(jnp.dtype(R.dtype), LOO_LEVERAGE_FLOOR[jnp.dtype("float32")])
     # Below the floor or not a number; not where the factorisation itself failed (all NaN, as before).
     factorised = jnp.all(jnp.isfinite(factor.Luu)) & jnp.all(jnp.isfinite(factor.LB))
@@ -1089,11 +1102,20 @@ def sor_moments(
     """
     precision = check_precision(precision)
     C = chunk_size or chunk_size_for(Z.shape[0], factor.Luu.dtype)
-    dtype = factor.Luu.dtype
     centre = _centre(kernel, Z, precision)
+    shared = _low((kernel, _shift(Z, centre), factor.weight_cov_factor(), factor.weight_mean()), precision)
+    placeholder = jnp.zeros(X_test.shape[:1], X_test.dtype)
+    run = _moments_pass(mesh, C, precision, jnp.dtype(factor.Luu.dtype))
+    return run((*shared, centre), X_test, placeholder, None)[1]
+
+
+@functools.cache
+def _moments_pass(mesh: Mesh | None, C: int, precision: str, dtype: Any) -> Callable:
+    """``run(shared, X, y, w)`` of :func:`sor_moments` (``shared`` = kernel, Z, R, m, centre), compiled once
+    per setting (an eager :func:`sor_moments` then traces and compiles nothing the second time)."""
 
     def local(shared, X, y, w):
-        kernel, Z, R, mean = shared
+        kernel, Z, R, mean, centre = shared
 
         def body(carry, x):
             x = _low(_shift(x, centre), precision)
@@ -1102,9 +1124,7 @@ def sor_moments(
 
         return None, _stream(body, None, C, X)[1]
 
-    shared = _low((kernel, _shift(Z, centre), factor.weight_cov_factor(), factor.weight_mean()), precision)
-    placeholder = jnp.zeros(X_test.shape[:1], X_test.dtype)
-    return _over_data(local, mesh)(shared, X_test, placeholder, None)[1]
+    return jax.jit(_over_data(local, mesh))
 
 
 def nystrom_residual(
@@ -1129,6 +1149,15 @@ def nystrom_residual(
         X: (N, D) inputs. chunk_size, mesh: as :func:`woodbury_stats`.
     """
     C = chunk_size or chunk_size_for(Z.shape[0], Luu.dtype)
+    W = linalg.solve_lower(Luu, _identity_like(Luu))
+    placeholder = jnp.zeros(X.shape[:1], X.dtype)
+    return jnp.maximum(_residual_pass(mesh, C)((kernel, Z, W), X, placeholder, None)[1], 0.0)
+
+
+@functools.cache
+def _residual_pass(mesh: Mesh | None, C: int) -> Callable:
+    """``run(shared, X, y, w)`` of :func:`nystrom_residual` (``shared`` = kernel, Z, L_uu⁻¹), compiled once
+    per setting."""
 
     def local(shared, X, y, w):
         kernel, Z, W = shared
@@ -1139,9 +1168,7 @@ def nystrom_residual(
 
         return None, _stream(body, None, C, X)[1]
 
-    W = linalg.solve_lower(Luu, _identity_like(Luu))
-    placeholder = jnp.zeros(X.shape[:1], X.dtype)
-    return jnp.maximum(_over_data(local, mesh)((kernel, Z, W), X, placeholder, None)[1], 0.0)
+    return jax.jit(_over_data(local, mesh))
 
 
 # --------------------------------------------------------------------------------------------------

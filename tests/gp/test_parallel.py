@@ -295,6 +295,60 @@ def test_sor_model_matches_dense_formulas(chunk):
     assert_close(var, expected_var, scale=float(params["variance"]))
 
 
+def test_eager_passes_compile_once():
+    """Called eagerly again with new values of the same shapes, the streamed passes (the factor, the LOO
+    conditionals with and without the leave-block-out pass, the predictive moments, the Nyström residual)
+    trace, lower and compile nothing: each pass is one program kept by its settings (issue 20: until
+    27 Nov 2026 every eager call traced and lowered its scans anew, ~0.4 s a call). The second call's
+    values are those of the dense formulas."""
+    data, _ = _model_problem(N=300, M=12)
+    X, Z = data["X"], data["Z"]
+    X_test = jnp.linspace(-1.0, 6.0, 150)[:, None]
+
+    def passes(lengthscale, y, noise):
+        kernel = kernels.SquaredExponential(lengthscale, 1.2)
+        factor = parallel.sor_factor(kernel, X, y, Z, noise, chunk_size=64)
+        # Z's own points interpolated at small noise: 1 − h_i falls below the floor there, so the
+        # leave-block-out pass runs too.
+        tight = parallel.sor_factor(kernel, Z, Z[:, 0], Z, 1e-7, chunk_size=8)
+        return (
+            factor,
+            parallel.sor_loo(factor, kernel, Z, X, y, noise**2, chunk_size=64),
+            parallel.sor_loo(tight, kernel, Z, Z, Z[:, 0], 1e-14, chunk_size=8),
+            parallel.sor_moments(factor, kernel, Z, X_test, chunk_size=64),
+            parallel.nystrom_residual(kernel, Z, factor.Luu, X_test, chunk_size=64),
+        )
+
+    y = data["y"] - data["y_offset"]
+    y2 = 2.0 * y
+    jax.block_until_ready(passes(jnp.asarray(0.7), y, jnp.asarray(0.15)))
+    events = []
+
+    def listen(event, seconds, **kwargs):
+        if event.startswith("/jax/core/compile/"):
+            events.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        factor, loo, loo_tight, (mean, var), residual = jax.block_until_ready(
+            passes(jnp.asarray(0.9), y2, jnp.asarray(0.2))
+        )
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert events == []
+    kernel = kernels.SquaredExponential(jnp.asarray(0.9), 1.2)
+    dense = _dense_factor(kernel, X, y2, Z, 0.04)
+    assert_close(factor.log_marginal_likelihood(), dense.log_marginal_likelihood(), rtol=1e-12)
+    assert_close(loo, _dense_loo(dense, kernel(Z, X), y2, 0.04))
+    assert np.all(np.isfinite(np.asarray(loo_tight)))
+    expected_mean, expected_var = _dense_moments(dense, kernel, Z, X_test)
+    assert_close(mean, expected_mean)
+    assert_close(var, expected_var, scale=1.2)
+    Kus = kernel(Z, X_test)
+    A = linalg.solve_lower(dense.Luu, Kus)
+    assert_close(residual, jnp.maximum(1.2 - jnp.sum(A * A, axis=0), 0.0), scale=1.2)
+
+
 @pytest.mark.parametrize("per_point", [False, True], ids=["scalar-d", "per-point-d"])
 def test_masked_pass_equals_dense_over_real_points(per_point):
     """With a mask, padded points add nothing: the factor's log density and gradient (hyperparameters, y)
