@@ -321,6 +321,38 @@ def test_two_stage_search_ends_at_the_mode_of_all_the_data(problem, reference_mo
     np.testing.assert_allclose(u, reference_mode, atol=1e-5)
 
 
+def test_two_stage_search_falls_back_to_both_starts(problem, reference_mode, monkeypatch):
+    """Where the subset's mode leads to no mode on all the data (forced here: every search from it is
+    made to fail), the second stage searches from both starts, as without a subset, and still ends at the
+    mode of all the data."""
+    from bayes_rbfn.infer import sampler
+
+    model, data = _sor_1d(problem)
+    half = {**data, "X": data["X"][::2], "y": data["y"][::2]}
+    searches, first_starts = [], []
+    search_end = sampler._search_end
+
+    def forced(objective, gradient, args, start, *rest):
+        stage = "subset" if args[0] is half else "all"
+        if stage == "subset":
+            first_starts.append(np.array(start))
+        from_a_first_start = any(np.array_equal(start, s) for s in first_starts)
+        searches.append((stage, from_a_first_start))
+        if stage == "all" and not from_a_first_start:
+            return "forced to fail"
+        return search_end(objective, gradient, args, start, *rest)
+
+    monkeypatch.setattr(sampler, "_search_end", forced)
+    values, _ = laplace_start(model, (data,), search_args=(half,))
+    methods = len(sampler.MODE_SEARCHES)
+    # both starts (the median and the shorter lengthscales) on the subset, its mode on all the data, then
+    # both starts again on all the data
+    expected = [("subset", True)] * 2 * methods + [("all", False)] * methods + [("all", True)] * 2 * methods
+    assert searches == expected
+    u = np.log([float(values[name]) for name in NAMES])
+    np.testing.assert_allclose(u, reference_mode, atol=1e-5)
+
+
 class _Captured(Exception):
     """Ends a fit once the mode search's arguments are captured."""
 
