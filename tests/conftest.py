@@ -79,30 +79,32 @@ def rng():
     return np.random.default_rng(20261122)
 
 
-#: Seconds each of the heaviest test files took in a cold run of the suite (26 Nov 2026 evening, clean
-#: clone of 76b2be3, 2-core AMD EPYC, both cores busy; junit times; test_adversarial and test_mcmc less what
-#: their later cuts saved alone). Files start heaviest first, so that ``-n 2 --dist loadfile`` hands the
-#: long ones out early and its two processes finish together (longest-processing-time-first scheduling);
-#: the order within a file is kept. Files not listed follow in their collection order.
+#: Seconds each of the heaviest test files took in a cold run of the suite (27 Nov 2026, clean clone of
+#: fed70f0, 2-core AMD EPYC, both cores busy; junit times). Files start heaviest first, so that
+#: ``-n 2 --dist loadfile`` hands the long ones out early and its two processes finish together
+#: (longest-processing-time-first scheduling); the order within a file is kept. Files not listed follow in
+#: their collection order.
 FILE_SECONDS = {
-    "infer/test_resume.py": 226,
-    "infer/test_mcmc.py": 209,
-    "test_notebooks.py": 207,
-    "gp/test_parallel.py": 197,
-    "cli/test_cli.py": 187,
-    "workflows/test_sbc_models.py": 161,
-    "gp/test_small_noise.py": 151,
-    "gp/test_sparse.py": 125,
-    "gp/test_adversarial.py": 107,
-    "models/test_generative.py": 104,
-    "workflows/test_sbc.py": 92,
-    "workflows/test_compare.py": 90,
-    "gp/test_identities.py": 72,
-    "models/test_sparse_models.py": 65,
-    "cli/test_cli_lock.py": 64,
-    "infer/test_laplace_start.py": 49,
-    "cli/test_cli_compare.py": 40,
-    "gp/test_mixed_precision.py": 32,
+    "infer/test_mcmc.py": 199,
+    "infer/test_resume.py": 186,
+    "test_notebooks.py": 183,
+    "cli/test_cli.py": 170,
+    "workflows/test_sbc_models.py": 156,
+    "gp/test_parallel.py": 132,
+    "workflows/test_sbc.py": 96,
+    "workflows/test_compare.py": 80,
+    "cli/test_cli_lock.py": 74,
+    "gp/test_adversarial.py": 73,
+    "gp/test_small_noise.py": 69,
+    "models/test_generative.py": 59,
+    "infer/test_programs.py": 50,
+    "models/test_layers.py": 46,
+    "models/test_sparse_models.py": 41,
+    "cli/test_cli_compare.py": 41,
+    "infer/test_laplace_start.py": 40,
+    "gp/test_sparse.py": 39,
+    "gp/test_identities.py": 36,
+    "gp/test_mixed_precision.py": 31,
 }
 
 
