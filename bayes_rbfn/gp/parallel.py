@@ -945,10 +945,14 @@ def _woodbury_loo_local(shared, X, y, w, n_blocks, per_block, C_eff):
 
 
 @functools.cache
-def _woodbury_loo_pass(mesh: Mesh | None, N: int, C: int) -> Callable:
-    """``run(shared, X, y, w)`` of :func:`_woodbury_loo_local` over N points, compiled once per layout
-    (an eager :func:`sor_loo` then traces and compiles nothing the second time)."""
-    return jax.jit(_summed_over_data(_woodbury_loo_local, mesh, N, C))
+def _woodbury_loo_pass(mesh: Mesh | None, C: int) -> Callable:
+    """``run(shared, X, y, w)`` of :func:`_woodbury_loo_local` over all of X's points, compiled once per
+    setting and shape (an eager :func:`sor_loo` then traces and compiles nothing the second time)."""
+
+    def run(shared, X, y, w):
+        return _summed_over_data(_woodbury_loo_local, mesh, X.shape[0], C)(shared, X, y, w)
+
+    return jax.jit(run)
 
 
 def sor_loo(
@@ -1028,7 +1032,7 @@ def sor_loo(
 
     # Padded points have ω = 0 (their values, cut off or masked, are not finite).
     shared = (kernel, Z, R, factor.weight_mean())
-    loo, one_minus_h = _woodbury_loo_pass(mesh, X.shape[0], C)(shared, X, y, w)[1]
+    loo, one_minus_h = _woodbury_loo_pass(mesh, C)(shared, X, y, w)[1]
     floor = LOO_LEVERAGE_FLOOR.get(jnp.dtype(R.dtype), LOO_LEVERAGE_FLOOR[jnp.dtype("float32")])
     # Below the floor or not a number; not where the factorisation itself failed (all NaN, as before).
     factorised = jnp.all(jnp.isfinite(factor.Luu)) & jnp.all(jnp.isfinite(factor.LB))
