@@ -1,5 +1,6 @@
 """Shared test configuration: float64 everywhere (DESIGN §5), tolerances stated once, keyed by dtype."""
 
+import contextlib
 import gc
 import os
 import shutil
@@ -72,6 +73,23 @@ def assert_close(actual, expected, dtype=np.float64, scale=None, rtol=None, atol
         rtol=RTOL[dtype] if rtol is None else rtol,
         atol=(ATOL[dtype] if atol is None else atol) * max(float(scale), 1.0),
     )
+
+
+@contextlib.contextmanager
+def compile_events(prefix="/jax/core/compile/"):
+    """Yields the list of JAX's compile events (tracing, lowering, XLA compilation: durations whose name
+    starts with ``prefix``) reported inside the block."""
+    events: list[str] = []
+
+    def listen(event, seconds, **kwargs):
+        if event.startswith(prefix):
+            events.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        yield events
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 import pytest
-from conftest import assert_close
+from conftest import assert_close, compile_events
 
 from bayes_rbfn.gp import kernels, linalg, parallel
 from bayes_rbfn.models import ModelConfig, sor
@@ -322,19 +322,10 @@ def test_eager_passes_compile_once():
     y = data["y"] - data["y_offset"]
     y2 = 2.0 * y
     jax.block_until_ready(passes(jnp.asarray(0.7), y, jnp.asarray(0.15)))
-    events = []
-
-    def listen(event, seconds, **kwargs):
-        if event.startswith("/jax/core/compile/"):
-            events.append(event)
-
-    jax.monitoring.register_event_duration_secs_listener(listen)
-    try:
+    with compile_events() as events:
         factor, loo, loo_tight, (mean, var), residual = jax.block_until_ready(
             passes(jnp.asarray(0.9), y2, jnp.asarray(0.2))
         )
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listen)
     assert events == []
     kernel = kernels.SquaredExponential(jnp.asarray(0.9), 1.2)
     dense = _dense_factor(kernel, X, y2, Z, 0.04)

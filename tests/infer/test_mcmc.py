@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import pytest
 import reference as ref
-from conftest import assert_close
+from conftest import assert_close, compile_events
 from stochastic import (
     assert_agree_within_mcse,
     assert_converged,
@@ -397,18 +397,9 @@ def test_predict_again_compiles_nothing(full_fits, tmp_path):
     loaded = az.from_netcdf(str(path))
     X_new = X_TEST[::-1] + 0.01
     first = br.predict(sor, X_new)
-    events = []
-
-    def listen(event, seconds, **kwargs):
-        if event.startswith("/jax/core/compile/"):
-            events.append(event)
-
-    jax.monitoring.register_event_duration_secs_listener(listen)
-    try:
+    with compile_events() as events:
         again = br.predict(sor, X_new)
         from_file = br.predict(loaded, X_new)
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listen)
     assert events == []
     np.testing.assert_array_equal(again.f_mean, first.f_mean)
     np.testing.assert_allclose(from_file.f_var, first.f_var, rtol=1e-12)

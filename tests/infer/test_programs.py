@@ -9,7 +9,6 @@ the same shapes compiles nothing, and its draws equal those of a fit whose progr
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -19,25 +18,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import compile_events
 
 import bayes_rbfn as br
 from bayes_rbfn.infer import programs
-
-
-@contextlib.contextmanager
-def _compilations():
-    """Yields the list of XLA backend compilations JAX reports inside the block."""
-    events: list[str] = []
-
-    def listen(event, seconds, **kwargs):
-        if event.startswith("/jax/core/compile/backend_compile"):
-            events.append(event)
-
-    jax.monitoring.register_event_duration_secs_listener(listen)
-    try:
-        yield events
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listen)
 
 
 def _closure(c):
@@ -52,7 +36,7 @@ X = jnp.linspace(0.0, 1.0, 7)
 def test_a_new_closure_of_the_same_program_compiles_nothing():
     programs.clear_programs()
     first = programs.by_program(_closure(1.5))(X)
-    with _compilations() as events:
+    with compile_events("/jax/core/compile/backend_compile") as events:
         again = programs.by_program(_closure(1.5))(X)
     assert events == []
     np.testing.assert_array_equal(again, first)
@@ -163,7 +147,7 @@ def test_the_lowered_text_fallback_reuses_and_separates(monkeypatch):
     monkeypatch.setattr(programs, "_traced_key", lambda traced: None)
     programs.clear_programs()
     programs.by_program(_closure(1.5))(X)
-    with _compilations() as events:
+    with compile_events("/jax/core/compile/backend_compile") as events:
         again = programs.by_program(_closure(1.5))(X)
     assert events == []
     other = programs.by_program(_closure(2.5))(X)
@@ -195,7 +179,7 @@ def test_static_arguments_are_part_of_the_program():
     f = programs.by_program(power, static_argnums=(1,))
     np.testing.assert_allclose(f(X, 2), np.asarray(X) ** 2, rtol=1e-15)
     np.testing.assert_allclose(f(X, 3), np.asarray(X) ** 3, rtol=1e-15)
-    with _compilations() as events:
+    with compile_events("/jax/core/compile/backend_compile") as events:
         np.testing.assert_allclose(programs.by_program(power, static_argnums=(1,))(X, 3), np.asarray(X) ** 3)
     assert events == []
 
@@ -243,7 +227,7 @@ def test_a_refit_of_the_same_shapes_compiles_nothing():
     post-processing, the LOO log-likelihood, the replicates, the collapse check); and the draws are those
     of the same fit with every program compiled afresh."""
     _small_fit(1)
-    with _compilations() as events:
+    with compile_events("/jax/core/compile/backend_compile") as events:
         again = _small_fit(2)
     assert events == []
     programs.clear_programs()
