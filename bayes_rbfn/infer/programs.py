@@ -13,8 +13,9 @@ M = 32: most of what a warm refit paid besides sampling).
 The jaxpr prints what lowering reads, with exceptions the key covers by other means: a literal or
 parameter holding an array prints as ``[...]`` (its bytes are hashed); ``custom_jvp_call`` /
 ``custom_vjp_call`` print their rules by name only (lowering reads only their ``call_jaxpr``, which is
-printed); ``custom_vmap_call`` prints its rule by address (lowering reads only its ``call``, so such a
-program is keyed by its lowered text). A program with effects or any other callable parameter (a host
+printed); ``custom_vmap_call`` prints its rule by address (lowering reads only its ``call``, which is
+printed, so the address is left out of the key). A program whose text names any other object by its
+address is keyed by its lowered text. A program with effects or any other callable parameter (a host
 callback) is not kept at all: it goes through plain ``jax.jit``. Neither text names the callback (the
 lowered one gives it an index), so a program keyed by either would run the first closure's callback.
 
@@ -26,6 +27,7 @@ sharded or explicitly placed arguments, and calls under ``jax.default_device``, 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -117,6 +119,10 @@ def _compiled(traced: Any, treedef: Any, avals: tuple) -> Any:
 _RULES_NOT_LOWERED = frozenset({"custom_jvp_call", "custom_vjp_call", "custom_vmap_call"})
 _RULES_PRINTED_BY_ADDRESS = frozenset({"custom_vmap_call"})
 
+#: How such a rule prints (``rule=<function name at 0x7f…>``), and any memory address left in a text.
+_RULE_BY_ADDRESS = re.compile(r"\brule=<[^<>]* at 0x[0-9a-f]+>")
+_ADDRESS = re.compile(r"\b0x[0-9a-f]{6,}\b")
+
 #: JAX's own PRNG implementations: tuples of functions, printed by their (distinct) names.
 _JAX_PRNG_IMPLS = (jax_random.threefry_prng_impl, jax_random.rbg_prng_impl, jax_random.unsafe_rbg_prng_impl)
 
@@ -136,9 +142,12 @@ def _traced_key(traced: Any) -> tuple | object | None:
     _collect_arrays(closed.jaxpr, arrays, found)
     if "callable" in found:
         return _NOT_KEPT
+    text = str(closed.jaxpr)
     if "address" in found:
+        text = _RULE_BY_ADDRESS.sub("rule=<not lowered>", text)
+    if _ADDRESS.search(text):
         return None
-    digest = hashlib.sha256(str(closed.jaxpr).encode())
+    digest = hashlib.sha256(text.encode())
     params = {k: v for k, v in trace_params.items() if k != "jaxpr"}
     digest.update(repr(sorted((k, str(v)) for k, v in params.items())).encode())
     for a in arrays:
