@@ -26,6 +26,7 @@ __all__ = [
     "kernels",
     "linalg",
     "loo_log_likelihood",
+    "posterior_replicates",
     "predict",
     "predict_rbfn",
     "prior_predictive",
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from bayes_rbfn.infer.diagnostics import ConvergenceWarning
     from bayes_rbfn.infer.fitting import build_model, fit, prior_predictive
     from bayes_rbfn.infer.predictive import predict
+    from bayes_rbfn.infer.replicates import posterior_replicates
     from bayes_rbfn.infer.sampler import SamplerSettings
     from bayes_rbfn.models.distributions import ExactGP, SparseGP, loo_log_likelihood
     from bayes_rbfn.models.layers import predict_rbfn, rbfn
@@ -52,6 +54,7 @@ _LAZY = {
     "prior_predictive": ("bayes_rbfn.infer.fitting", "prior_predictive"),
     "loo_log_likelihood": ("bayes_rbfn.models.distributions", "loo_log_likelihood"),
     "predict": ("bayes_rbfn.infer.predictive", "predict"),
+    "posterior_replicates": ("bayes_rbfn.infer.replicates", "posterior_replicates"),
     "SamplerSettings": ("bayes_rbfn.infer.sampler", "SamplerSettings"),
     "ConvergenceWarning": ("bayes_rbfn.infer.diagnostics", "ConvergenceWarning"),
     "SparseGP": ("bayes_rbfn.models.distributions", "SparseGP"),

@@ -65,7 +65,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-from bayes_rbfn.gp import blr, linalg, parallel
+from bayes_rbfn.gp import blr, linalg, parallel, sparse
 from bayes_rbfn.gp.kernels import SquaredExponential
 from bayes_rbfn.models.common import ModelMarginal, observe
 from bayes_rbfn.models.families import DataScales, KernelFamily
@@ -167,7 +167,7 @@ def model(data: dict, config: ModelConfig) -> None:
         raise ValueError("hyperprior: the blr model has no lengthscale to put a hyperprior on")
     values = _hyperparameters(config)
     numpyro.deterministic("noise", 1.0 / jnp.sqrt(values["beta"]))
-    observe(ModelMarginal(log_density, simulate, values, data, config, data["X"].shape[:1]), data)
+    observe(ModelMarginal(log_density, simulate, values, data, config, data["X"].shape[:1], replicate), data)
 
 
 @linalg.full_precision
@@ -178,6 +178,29 @@ def simulate(key: jax.Array, sample_shape: tuple, params: dict, data: dict, conf
     w = jax.random.normal(k_w, (*sample_shape, Phi.shape[1]), Phi.dtype) / jnp.sqrt(params["alpha"])
     eps = jax.random.normal(k_eps, (*sample_shape, Phi.shape[0]), Phi.dtype)
     return data["y_offset"] + w @ Phi.T + eps / jnp.sqrt(params["beta"])
+
+
+def _woodbury(params: dict, data: dict):
+    """The evidence's covariance ΦΦᵀ/α + I/β as the Woodbury factor of K_fu K_uu⁻¹ K_uf + I/β with
+    K_fu = Φ (:func:`basis_kernel`) and L_uu = √α I, for the centred targets t.
+
+    Returns (factor, kernel, t)."""
+    X, Z = data["X"], data["Z"]
+    kernel = basis_kernel(Z)
+    t = data["y"] - data["y_offset"]
+    Luu = jnp.sqrt(params["alpha"]) * jnp.eye(Z.shape[0], dtype=X.dtype)
+    return parallel.woodbury_factor(kernel, Z, X, t, 1.0 / params["beta"], Luu), kernel, t
+
+
+def replicate(
+    key: jax.Array, sample_shape: tuple, params: dict, data: dict, config: ModelConfig
+) -> jax.Array:
+    """Posterior predictive replicates y_rep = c + Φw + β^-½ ε with w | t ~ N(m_N, S_N), Bishop (3.53)–(3.54),
+    drawn through the weight space of :func:`bayes_rbfn.gp.sparse.replicates` (K_fu = Φ, K_uu = αI)."""
+    factor, kernel, t = _woodbury(params, data)
+    noise = 1.0 / jnp.sqrt(params["beta"])
+    draws = sparse.replicates("sor", factor, kernel, data["X"], t, data["Z"], noise, key, sample_shape)
+    return data["y_offset"] + draws
 
 
 @partial(jax.jit, static_argnames="config")
@@ -205,13 +228,9 @@ def log_likelihood(params: dict, data: dict, config: ModelConfig) -> jax.Array:
     covariance is factorised by :func:`bayes_rbfn.gp.parallel.woodbury_factor` with ``d = 1/β`` and its
     conditionals are :func:`bayes_rbfn.gp.parallel.sor_loo` (see the module docstring).
     """
-    X, Z = data["X"], data["Z"]
-    kernel = basis_kernel(Z)
-    t = data["y"] - data["y_offset"]
-    alpha, beta = params["alpha"], params["beta"]
-    Luu = jnp.sqrt(alpha) * jnp.eye(Z.shape[0], dtype=X.dtype)
-    factor = parallel.woodbury_factor(kernel, Z, X, t, 1.0 / beta, Luu)
-    return parallel.sor_loo(factor, kernel, Z, X, t, 1.0 / beta, exact=config.loo_exact)
+    factor, kernel, t = _woodbury(params, data)
+    d = 1.0 / params["beta"]
+    return parallel.sor_loo(factor, kernel, data["Z"], data["X"], t, d, exact=config.loo_exact)
 
 
 SPEC = ModelSpec(

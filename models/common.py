@@ -140,17 +140,21 @@ class ModelMarginal(SortedPytreeFields, dist.Distribution):
     """The observed y of a model with its own marginal likelihood (``blr``, ``grouped``) as a distribution.
 
     ``log_prob(y)`` is the model's ``log_density(params, data with y, config)``; ``sample`` its simulator
-    ``simulate(key, sample_shape, params, data, config)``. The GP models use
-    :class:`~bayes_rbfn.models.distributions.SparseGP` and :class:`~bayes_rbfn.models.distributions.ExactGP`
-    directly; this wrapper gives the two models whose marginal is not one of those the same observed site.
+    ``simulate(key, sample_shape, params, data, config)``; ``sample_replicates(key, y)`` draws
+    y_rep ~ p(y_rep | y) through ``replicate(key, sample_shape, params, data with y, config)``. The GP
+    models use :class:`~bayes_rbfn.models.distributions.SparseGP` and
+    :class:`~bayes_rbfn.models.distributions.ExactGP` directly; this wrapper gives the two models whose
+    marginal is not one of those the same observed site.
     """
 
     support = constraints.real_vector
     pytree_data_fields = ("params", "data")
-    pytree_aux_fields = ("log_density", "simulate", "config")
+    pytree_aux_fields = ("log_density", "simulate", "replicate", "config")
 
-    def __init__(self, log_density, simulate, params, data, config, event_shape, validate_args=None):
-        self.log_density, self.simulate = log_density, simulate
+    def __init__(
+        self, log_density, simulate, params, data, config, event_shape, replicate=None, validate_args=None
+    ):
+        self.log_density, self.simulate, self.replicate = log_density, simulate, replicate
         self.params, self.data, self.config = (
             dict(params),
             {k: v for k, v in data.items() if k != "y"},
@@ -163,3 +167,10 @@ class ModelMarginal(SortedPytreeFields, dist.Distribution):
 
     def sample(self, key, sample_shape=()):
         return self.simulate(key, tuple(sample_shape), self.params, self.data, self.config)
+
+    def sample_replicates(self, key, y, sample_shape=()):
+        """Posterior predictive replicates y_rep ~ p(y_rep | y) (the model's ``replicate`` hook,
+        ``replicate(key, sample_shape, params, data with y, config)``)."""
+        if self.replicate is None:
+            raise NotImplementedError("this marginal has no conditional replicates")
+        return self.replicate(key, tuple(sample_shape), self.params, {**self.data, "y": y}, self.config)

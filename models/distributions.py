@@ -30,6 +30,10 @@ with Q_ff = K_fu K_uu⁻¹ K_uf and m the mean (a number, an (N,) array, or a ca
   ``sample`` therefore draws from DTC's marginal, the density the bound is proportional to in y.
 * ``sample`` costs O(NM) per draw through the low-rank structure: f = K_fu L_uu⁻ᵀ v with v ~ N(0, I_M),
   plus FITC's independent diag(K_ff − Q_ff), plus σε.
+* :meth:`SparseGP.sample_replicates` (and :meth:`ExactGP.sample_replicates`) draws posterior predictive
+  replicates y_rep ~ p(y_rep | y) at X, what posterior predictive checks need: ``sample`` draws from the
+  marginal and ignores y. :func:`bayes_rbfn.infer.replicates.posterior_replicates` calls it at every
+  posterior draw of a model of one's own.
 * :meth:`SparseGP.condition` returns the analytic predictive of the latent f* at new inputs
   (:func:`bayes_rbfn.gp.conditional.sor_predict`, also behind :func:`bayes_rbfn.gp.conditional.sor` and
   :func:`bayes_rbfn.gp.sparse.dtc`/``fitc``/``vfe``); :meth:`SparseGP.loo_log_prob` the N leave-one-out
@@ -213,6 +217,31 @@ class SparseGP(_GaussianProcessMarginal):
             y = y + jnp.sqrt(residual) * jax.random.normal(k_fitc, (*sample_shape, N), dtype=self.X.dtype)
         return y + self.noise * jax.random.normal(k_noise, (*sample_shape, N), dtype=self.X.dtype)
 
+    def sample_replicates(self, key: jax.Array, y: Any, sample_shape: tuple[int, ...] = ()) -> jax.Array:
+        """Posterior predictive replicates y_rep ~ p(y_rep | y) at X, shape sample_shape + (N,).
+
+        What ``az.plot_ppc`` and ``az.loo_pit`` compare the data with: unlike :meth:`sample` (the
+        marginal, which ignores y), f is drawn from its conditional given y, then the noise is added.
+        O(NM²) for the factor and O(NM) per draw, in weight space, each approximation with its own
+        training conditional (:func:`bayes_rbfn.gp.sparse.replicates`: SoR and DTC deterministic given
+        the weights, FITC's and VFE's independent diag(K_ff − Q_ff)).
+        """
+        r = jnp.asarray(y, self.X.dtype) - self.loc
+        factor, _ = self._factor(r)
+        draws = sparse.replicates(
+            self.approx,
+            factor,
+            self.kernel,
+            self.X,
+            r,
+            self.Z,
+            self.noise,
+            key,
+            sample_shape,
+            **self._settings(),
+        )
+        return self.loc + draws
+
     def moments(self, y: Any, X_test: Any, *, full_cov: bool = False) -> conditional.Gaussian:
         """Moments of the latent f* − m(X_test) at X_test given y (a
         :class:`~bayes_rbfn.gp.conditional.Gaussian`: ``mean`` (S,) without the prior mean, ``var`` (S,),
@@ -290,6 +319,12 @@ class ExactGP(_GaussianProcessMarginal):
         L = conditional.exact_factor(self.kernel, self.X, self.noise)
         eps = jax.random.normal(key, (*sample_shape, self.X.shape[0]), dtype=self.X.dtype)
         return self.loc + eps @ L.T
+
+    def sample_replicates(self, key: jax.Array, y: Any, sample_shape: tuple[int, ...] = ()) -> jax.Array:
+        """Posterior predictive replicates y_rep ~ p(y_rep | y) at X, shape sample_shape + (N,): f from
+        its exact conditional given y (Matheron's rule, :func:`conditional.exact_replicates`), plus noise."""
+        r = jnp.asarray(y, self.X.dtype) - self.loc
+        return self.loc + conditional.exact_replicates(self.kernel, self.X, r, self.noise, key, sample_shape)
 
     def condition(
         self, y: Any, X_test: Any, *, full_cov: bool = False, mean_test: Any = None

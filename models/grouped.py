@@ -30,7 +30,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-from bayes_rbfn.gp import linalg, parallel
+from bayes_rbfn.gp import linalg, parallel, sparse
 from bayes_rbfn.models.common import ModelMarginal, observe
 from bayes_rbfn.models.spec import ModelConfig, ModelSpec
 
@@ -169,7 +169,7 @@ def model(data: dict, config: ModelConfig) -> None:
     """
     G = data["y_offset"].shape[0]
     values = _group_values(config, G)
-    observe(ModelMarginal(log_density, simulate, values, data, config, data["X"].shape[:2]), data)
+    observe(ModelMarginal(log_density, simulate, values, data, config, data["X"].shape[:2], replicate), data)
 
 
 def simulate(key: jax.Array, sample_shape: tuple, params: dict, data: dict, config: ModelConfig) -> jax.Array:
@@ -187,6 +187,24 @@ def simulate(key: jax.Array, sample_shape: tuple, params: dict, data: dict, conf
     by_group = {k: params[k] for k in names}
     draws = jax.vmap(one_group, in_axes=(0, 0, _z_axis(data), 0, 0), out_axes=-2)(
         by_group, data["X"], data["Z"], data["y_offset"], jax.random.split(key, G)
+    )
+    return jnp.where(data["mask"], draws, 0.0)
+
+
+def replicate(
+    key: jax.Array, sample_shape: tuple, params: dict, data: dict, config: ModelConfig
+) -> jax.Array:
+    """Posterior predictive replicates of the padded y (G, N_max) given the observed y: each group's SoR
+    conditional (:func:`bayes_rbfn.gp.sparse.replicates`) under its own factor; 0 at the padding."""
+    by_group = {k: params[k] for k in (*config.family.params, "noise")}
+
+    def one_group(p, X_g, y_g, mask_g, Z_g, c_g, key_g):
+        factor, kernel, X_g, r, Z_g, noise, _ = _group_factor(p, X_g, y_g, mask_g, Z_g, c_g, config)
+        return c_g + sparse.replicates("sor", factor, kernel, X_g, r, Z_g, noise, key_g, sample_shape)
+
+    G = data["y_offset"].shape[0]
+    draws = jax.vmap(one_group, in_axes=(0, 0, 0, 0, _z_axis(data), 0, 0), out_axes=-2)(
+        by_group, data["X"], data["y"], data["mask"], data["Z"], data["y_offset"], jax.random.split(key, G)
     )
     return jnp.where(data["mask"], draws, 0.0)
 

@@ -70,6 +70,31 @@ def predict(method: str, kernel, X, y, Z, noise: float, X_test, jitter: float):
     return mean, cov
 
 
+def replicate_moments(method: str, kernel, X, y, Z, noise: float, jitter: float):
+    """Mean and covariance of y_rep − m given y at the training inputs, by dense conditioning.
+
+    f's prior covariance K_f under each model's training conditional (QC&R 2005 §§4–6): exact K_ff; SoR and
+    DTC Q_ff (deterministic given u); FITC Q_ff + diag(K_ff − Q_ff). Then f | y ~ N(K_f C⁻¹ y,
+    K_f − K_f C⁻¹ K_f), C = K_f + σ²I, and y_rep = f + σε'. VFE (Titsias's q(f) with the exact p(f | u),
+    points independent given u): SoR's moments plus diag(K_ff − Q_ff).
+    Returns (mean (N,), cov (N, N)).
+    """
+    n = np.asarray(X).shape[0]
+    if method == "exact":
+        K_f = gram(kernel, X)
+    else:
+        K_f = nystrom(kernel, Z, X, X, jitter)
+        if method == "fitc":
+            K_f = K_f + np.diag(np.diag(gram(kernel, X) - K_f))
+    C = K_f + noise**2 * np.eye(n)
+    gain = np.linalg.solve(C, K_f).T
+    mean = gain @ np.asarray(y)
+    cov = K_f - gain @ K_f + noise**2 * np.eye(n)
+    if method == "vfe":
+        cov = cov + np.diag(np.diag(gram(kernel, X) - nystrom(kernel, Z, X, X, jitter)))
+    return mean, cov
+
+
 def loo_brute_force(C: np.ndarray, y) -> np.ndarray:
     """log p(y_i | y_−i) for y ~ N(0, C), by conditioning on the other N − 1 values one i at a time."""
     y = np.asarray(y, dtype=np.float64)

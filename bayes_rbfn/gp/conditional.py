@@ -24,6 +24,8 @@ References
 [3] The project's Nyström/RBFN derivation (DESIGN §3.1): eq. (2) Nyström KRR, eq. (3) RBF ridge.
 [4] Bürkner, P.-C., Gabry, J. & Vehtari, A. (2020). Efficient leave-one-out cross-validation for Bayesian
     non-factorized normal and Student-t models. Computational Statistics.
+[5] Wilson, J. T., Borovitskiy, V., Terenin, A., Mostowsky, P. & Deisenroth, M. P. (2020). Efficiently
+    sampling functions from Gaussian process posteriors. ICML. Eq. (1) (Matheron's rule).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ __all__ = [
     "exact_log_marginal",
     "exact_loo",
     "exact_predict",
+    "exact_replicates",
     "log_marginal_likelihood",
     "loo_log_density",
     "nystrom_krr",
@@ -151,6 +154,41 @@ def exact_predict(
         cov = kernel(X_test, X_test) - W.T @ W
         return Gaussian(mean=mean, var=jnp.diagonal(cov), cov=cov)
     return Gaussian(mean=mean, var=kernel.diag(X_test) - jnp.sum(W * W, axis=0))
+
+
+@linalg.full_precision
+def exact_replicates(
+    kernel: Kernel,
+    X: jax.Array,
+    y: jax.Array,
+    noise: jax.Array,
+    key: jax.Array,
+    sample_shape: tuple[int, ...] = (),
+) -> jax.Array:
+    """Draws of y_rep ~ p(y_rep | y) at the training inputs under the exact GP (prior mean 0).
+
+    y_rep = f + σε' with f | y ~ N(K C⁻¹ y, K − K C⁻¹ K), C = K_ff + σ²I (eqs. (2.23)–(2.24) of [1] at
+    X* = X), drawn by Matheron's rule: with a joint prior draw (f₀, y₀ = f₀ + σε) the value
+    f₀ + K C⁻¹ (y − y₀) has exactly that law [5], so no factor of the ill-conditioned posterior covariance
+    is needed, only C's and the jittered K's (:func:`bayes_rbfn.gp.linalg.cholesky`).
+
+    Args:
+        kernel: covariance function. X: (N, D). y: (N,) centred targets. noise: σ.
+        key: PRNG key. sample_shape: leading shape of the draws.
+
+    Returns:
+        (*sample_shape, N) draws of y_rep − m.
+    """
+    K = kernel(X, X)
+    L = exact_factor(kernel, X, noise)
+    L_prior = linalg.cholesky(K)
+    k_prior, k_noise, k_rep = jax.random.split(key, 3)
+    N = X.shape[0]
+    eps = [jax.random.normal(k, (*sample_shape, N), dtype=K.dtype) for k in (k_prior, k_noise, k_rep)]
+    f_prior = eps[0] @ L_prior.T
+    residual = (y - f_prior - noise * eps[1]).reshape(-1, N)
+    f = f_prior + (K @ linalg.cho_solve(L, residual.T)).T.reshape(f_prior.shape)
+    return f + noise * eps[2]
 
 
 def exact_loo(kernel: Kernel, X: jax.Array, y: jax.Array, noise: jax.Array) -> jax.Array:

@@ -57,6 +57,7 @@ References
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -88,6 +89,7 @@ __all__ = [
     "log_marginal_likelihood",
     "loo_log_density",
     "prior_variance_lost",
+    "replicates",
     "training_factor",
     "variance_lost",
     "variance_retained",
@@ -171,6 +173,67 @@ def log_marginal(
     trace_Q = noise**2 * (jnp.sum(factor.LB**2) - factor.LB.shape[0])
     trace = jnp.maximum(jnp.sum(kernel.diag(X)) - trace_Q, 0.0)
     return value - 0.5 * trace / noise**2
+
+
+@linalg.full_precision
+def replicates(
+    approx: str,
+    factor: linalg.Woodbury,
+    kernel: Kernel,
+    X: jax.Array,
+    y: jax.Array,
+    Z: jax.Array,
+    noise: jax.Array,
+    key: jax.Array,
+    sample_shape: tuple[int, ...] = (),
+    *,
+    chunk_size: int | None = None,
+    mesh: Any = None,
+) -> jax.Array:
+    """Draws of y_rep ~ p(y_rep | y) at the training inputs, the conditional each approximation implies.
+
+    In weight space, O(NM) per draw after the factor: the RBFN weights α | y ~ N(m, Σ), Σ = RᵀR, are drawn
+    as α = m + Rᵀz (:meth:`~bayes_rbfn.gp.linalg.Woodbury.weight_mean`, ``weight_cov_factor``), so
+    that K_fu α is the Nyström part of f at X; then each approximation's training conditional q(f | u)
+    ([1] §§4–6; [2] §3), with λ = diag(K_ff − Q_ff)
+    (:func:`bayes_rbfn.gp.parallel.nystrom_residual`):
+
+    * ``"sor"``, ``"dtc"``: deterministic, f = K_fu α ([1] §§4, 5);
+    * ``"fitc"``: independent f_i | u ~ N(k_iᵀα, λ_i), and each f_i also sees its own y_i, so
+      f_i | α, y_i ~ N(k_iᵀα + g_i (y_i − k_iᵀα), g_i σ²) with g_i = λ_i / (λ_i + σ²) ([1] §6);
+      α | y is FITC's, from the factor of Q_ff + Λ;
+    * ``"vfe"``: Titsias's q(f) = ∫ p(f | u) q(u) du with the exact p(f | u): f_i = k_iᵀα + √λ_i ε_i,
+      independently in i, so every point's marginal is exact and the correlations K_ff − Q_ff puts
+      between points are dropped (no N×N matrix).
+
+    y_rep = f + σε'. The law of f | y is then N(Q_ff C⁻¹ y, Q_ff − Q_ff C⁻¹ Q_ff) for SoR and DTC
+    (C = Q_ff + σ²I), and the exact GP's formulas with K replaced by Q_ff + diag(λ) for FITC.
+
+    Args:
+        approx: one of :data:`APPROXIMATIONS`. factor: :func:`training_factor`'s for the same ``approx``
+            and y. kernel: covariance function. X: (N, D). y: (N,) centred targets. Z: (M, D). noise: σ.
+        key: PRNG key. sample_shape: leading shape of the draws.
+        chunk_size, mesh: the streamed pass's settings (λ's pass, for FITC and VFE).
+
+    Returns:
+        (*sample_shape, N) draws of y_rep − m.
+    """
+    k_weights, k_latent, k_noise = jax.random.split(key, 3)
+    M, N = Z.shape[0], X.shape[0]
+    dtype = factor.Luu.dtype
+    z = jax.random.normal(k_weights, (M, math.prod(sample_shape)), dtype=dtype)
+    # Rᵀz = L_uu⁻ᵀ L_B⁻ᵀ z: two triangular solves, R itself is not formed.
+    weights = factor.weight_mean()[:, None] + linalg.solve_upper(factor.Luu, linalg.solve_upper(factor.LB, z))
+    f = (kernel(X, Z) @ weights).T.reshape(*sample_shape, N)
+    if approx in ("fitc", "vfe"):
+        lam = parallel.nystrom_residual(kernel, Z, factor.Luu, X, chunk_size=chunk_size, mesh=mesh)
+        eps = jax.random.normal(k_latent, (*sample_shape, N), dtype=dtype)
+        if approx == "fitc":
+            gain = lam / (lam + noise**2)
+            f = f + gain * (y - f) + jnp.sqrt(gain * noise**2) * eps
+        else:
+            f = f + jnp.sqrt(lam) * eps
+    return f + noise * jax.random.normal(k_noise, (*sample_shape, N), dtype=dtype)
 
 
 def prior_variance_lost(

@@ -556,10 +556,11 @@ def fit(
             it and the result equals that of an uninterrupted run, draw for draw. The folder is left in
             place; delete it once the result is saved.
         chunk_size: iterations per chunk with ``checkpoint``.
-        posterior_predictive: draws per chain of the ``posterior_predictive`` group (joint replicates of
-            y simulated by the model itself with NumPyro's ``Predictive``): every draw up to this many,
-            thinned evenly beyond (default 1,000; ``None``: every draw; ``0``: no group). ``az.loo_pit``
-            needs every draw (it weights the replicates by the LOO weights of all draws).
+        posterior_predictive: draws per chain of the ``posterior_predictive`` group, replicates
+            y_rep ~ p(y_rep | y) of the observations (f drawn from its conditional given y, then the noise:
+            :func:`bayes_rbfn.infer.replicates.posterior_replicates`): every draw up to this many,
+            thinned evenly beyond (default 1,000; ``None``: every draw; ``0``: no group). For LOO-PIT
+            use :func:`bayes_rbfn.loo_pit`, exact from the LOO conditionals.
         coords: ArviZ coordinates, e.g. ``{"input_dim": ["year"]}`` names the input columns (the CLI
             passes its column names); ``obs`` and ``point`` default to 0, 1, ….
         holdout_after, holdout: a backtest, for one input column: fit on the points with x ≤
@@ -738,9 +739,10 @@ def _posterior_predictive(
     seed: int,
     per_chain: int | None,
 ) -> np.ndarray:
-    """Joint replicates of y, (chains, kept draws, N): the model's own observed site, simulated by
-    NumPyro's ``Predictive`` at (evenly thinned) posterior draws, one draw at a time."""
-    from numpyro.infer import Predictive
+    """Posterior predictive replicates y_rep ~ p(y_rep | y), (chains, kept draws, N), at (evenly thinned)
+    posterior draws: the model's own observed site, replicated given the data
+    (:func:`bayes_rbfn.infer.replicates.replicate_site`)."""
+    from bayes_rbfn.infer.replicates import replicate_site
 
     data, prior_values = model_args
     stored = {k: np.asarray(v) for k, v in samples.items() if k not in spec.unstored_sites}
@@ -751,12 +753,14 @@ def _posterior_predictive(
     flat = {k: v.reshape(chains * kept, *v.shape[2:]) for k, v in thinned.items()}
 
     def replicate(key: jax.Array, draws: dict, data: dict, prior_values: dict) -> jax.Array:
-        predictive = Predictive(bound_model, posterior_samples=draws, return_sites=["y"])
-        return predictive(key, data, prior_values)["y"]
+        keys = jax.random.split(key, next(iter(draws.values())).shape[0])
+        return jax.vmap(lambda k, d: replicate_site(bound_model, d, k, "y", (data, prior_values), {}))(
+            keys, draws
+        )
 
     with single_threaded_blas():
         key = jax.random.fold_in(jax.random.PRNGKey(seed), 1)
-        y_rep = np.asarray(by_program(replicate)(key, flat, {**data, "y": None}, prior_values))
+        y_rep = np.asarray(by_program(replicate)(key, flat, data, prior_values))
     if "obs_index" in extras:  # a padded layout back to the order of the observations
         y_rep = y_rep.reshape(chains * kept, -1)[:, extras["obs_index"]]
     return y_rep.reshape(chains, kept, -1)

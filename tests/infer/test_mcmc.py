@@ -356,6 +356,39 @@ def test_inference_data_contract(full_fits):
     assert np.isfinite(loo.elpd_loo)
 
 
+def test_posterior_predictive_replicates_condition_on_y(full_fits):
+    """Each stored replicate y_rep at draw θ_s is one draw of p(y_rep | y, θ_s), the dense SoR conditional
+    N(c + Q C⁻¹ (y − c), Q − Q C⁻¹ Q + σ²I), C = Q + σ²I: given the draws, z = (y_rep − mean_s)/sd_s are
+    independent N(0, 1), so Σ_s z² at each point is χ² with S degrees of freedom (two-sided, Bonferroni
+    over the N points: 1e-4 false alarms per run). A replicate of the marginal N(c, Q + σ²I), which
+    ignores y, has z² ≈ 10 here."""
+    from scipy import stats
+
+    X, y, sor, _ = full_fits
+    post = sor.posterior
+    offset = float(sor.constant_data["y_offset"].values)
+    spec = {"kind": "se"}
+    ell = post["lengthscale"].values.reshape(-1)
+    s2 = post["variance"].values.reshape(-1)
+    noise = post["noise"].values.reshape(-1)
+    y_rep = sor.posterior_predictive["y"].values.reshape(len(ell), -1)
+    z = np.empty_like(y_rep)
+    for s in range(len(ell)):
+        spec.update(lengthscale=ell[s], variance=s2[s])
+        Kuu = ref.jittered(ref.gram(spec, Z8), JITTER)
+        Kfu = ref.gram(spec, X, Z8)
+        Q = Kfu @ np.linalg.solve(Kuu, Kfu.T)
+        C = Q + noise[s] ** 2 * np.eye(len(y))
+        gain = np.linalg.solve(C, Q).T  # Q C⁻¹
+        mean = offset + gain @ (y - offset)
+        var = np.diag(Q - gain @ Q) + noise[s] ** 2
+        z[s] = (y_rep[s] - mean) / np.sqrt(var)
+    chi2 = np.sum(z**2, axis=0)
+    S, alarm = len(ell), 1e-4 / len(y)
+    lo, hi = stats.chi2.ppf(alarm / 2, S), stats.chi2.ppf(1 - alarm / 2, S)
+    assert np.all((chi2 > lo) & (chi2 < hi)), f"Σz²/S per point: {np.round(chi2 / S, 3)}"
+
+
 def test_plot_ppc_and_loo_pit_work_on_a_fit(full_fits):
     """ArviZ's posterior predictive checks run on fit()'s result without glue."""
     import matplotlib
