@@ -230,7 +230,9 @@ def log_likelihood(params: dict, data: dict, config: ModelConfig) -> jax.Array:
     """
     factor, kernel, t = _woodbury(params, data)
     d = 1.0 / params["beta"]
-    return parallel.sor_loo(factor, kernel, data["Z"], data["X"], t, d, exact=config.loo_exact)
+    return parallel.sor_loo(
+        factor, kernel, data["Z"], data["X"], t, d, exact=config.loo_exact, statistic=config.loo_statistic
+    )
 
 
 SPEC = ModelSpec(

@@ -44,9 +44,10 @@ def predict(params: dict, data: dict, config: ModelConfig, X_test):
 
 
 def log_likelihood(params: dict, data: dict, config: ModelConfig):
-    """Exact LOO conditionals log p(y_i | y_−i, θ)."""
+    """Exact LOO conditionals log p(y_i | y_−i, θ) (their CDFs at y_i with ``config.loo_statistic``)."""
     kernel = config.family.build(params)
-    return conditional.exact_loo(kernel, data["X"], centred_y(params, data, config), params["noise"])
+    r = centred_y(params, data, config)
+    return conditional.exact_loo(kernel, data["X"], r, params["noise"], config.loo_statistic)
 
 
 SPEC = ModelSpec(

@@ -1,5 +1,32 @@
 """Kernel families: named hyperparameters → kernel, with weakly-informative default priors.
 
+A :class:`KernelFamily` is what ``bayes_rbfn.fit(..., kernel=...)`` samples: the registered ones by name
+(:data:`FAMILIES`, also the CLI's ``--kernel`` choices), or one of your own. The simplest way to define
+one is :func:`kernel_family`: a function building the kernel from a dict of hyperparameter values, and a
+prior for each (a NumPyro distribution, or a function of the data's :class:`DataScales` returning one, such
+as :func:`lengthscale_prior` and :func:`variance_prior`)::
+
+    import bayes_rbfn
+    from bayes_rbfn.gp.kernels import RationalQuadratic, SquaredExponential
+    from bayes_rbfn.models.families import kernel_family, lengthscale_prior, variance_prior
+
+    family = kernel_family(
+        lambda p: p["scale"] * SquaredExponential(p["lengthscale"]).on_dims([0])
+        + RationalQuadratic(p["rq_lengthscale"], p["rq_variance"], alpha=2.0).on_dims([1]),
+        priors={
+            "lengthscale": lambda s: lengthscale_prior(s, dims=[0]),
+            "scale": variance_prior,
+            "rq_lengthscale": lambda s: lengthscale_prior(s, dims=[1]),
+            "rq_variance": lambda s: variance_prior(s, fraction=0.3),
+        },
+        name="se-plus-rq",
+    )
+    idata = bayes_rbfn.fit("sor", X, y, kernel=family)
+
+Every name in ``priors`` becomes a sampled site of the model (the noise σ is added by the model; its
+default prior is below) and a variable of ``idata.posterior``; ``fit(priors=...)`` replaces any of them
+and ``fit(fixed=...)`` pins them.
+
 A family names the hyperparameters NUTS samples (besides the noise σ), builds the kernel from a dict of
 their values, and proposes default priors that adapt to the scale of the data, so that the same model
 code fits inputs in seconds or in years and outputs in ppm or in births per woman. Everything here is in
@@ -13,6 +40,9 @@ Default priors (all log-normal, so NUTS works on the log scale; replace any of t
 * ``variance`` s²: LogNormal(log var(y), 1).
 * ``noise`` σ: LogNormal(log(0.2 sd(y)), 1): noise somewhere between ~3% and ~140% of the spread of y.
 * ``period`` (periodic family): LogNormal(log(range / 4), 1).
+* ``alpha`` (rational quadratic family ``rq``): LogNormal(0, 1): a mixture of lengthscales whose shape
+  parameter has its median at 1 and 95% of its mass between ~0.14 (long-tailed: correlations decay
+  like a power of the distance) and ~7 (already close to the squared exponential, the limit α → ∞).
 
 The ``co2`` family is the classic trend-plus-seasonality kernel of Rasmussen & Williams (2006, §5.4.3),
 with the period fixed at one unit of the input (a year when X is in years), and a drift term for forecasting:
@@ -34,12 +64,12 @@ medium term), so its prior is informative, and was chosen by backtest on the pac
 Without it, the 95% band of a five-year forecast covered 22–38% of the held-out weeks.
 References
 ----------
-[1] Rasmussen, C. E. & Williams, C. K. I. (2006). *Gaussian Processes for Machine Learning*, §5.4.3.
+[1] Rasmussen, C. E. & Williams, C. K. I. (2006). *Gaussian Processes for Machine Learning*, §4.2, §5.4.3.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +79,17 @@ import numpyro.distributions as dist
 
 from bayes_rbfn.gp import kernels as K
 
-__all__ = ["FAMILIES", "KernelFamily", "data_scales", "fixed_family", "get_family"]
+__all__ = [
+    "FAMILIES",
+    "DataScales",
+    "KernelFamily",
+    "data_scales",
+    "fixed_family",
+    "get_family",
+    "kernel_family",
+    "lengthscale_prior",
+    "variance_prior",
+]
 
 
 @dataclass(frozen=True)
@@ -73,14 +113,19 @@ def data_scales(X: Any, y: Any) -> DataScales:
 
 @dataclass(frozen=True)
 class KernelFamily:
-    """A named kernel family.
+    """A named kernel family: the kernel hyperparameters NUTS samples, how they make a kernel, their priors.
+
+    Pass one as ``bayes_rbfn.fit(..., kernel=family)``; :func:`kernel_family` builds one from a dict of
+    priors. ``build`` must be traceable (JAX operations on the values, no ``float()``), since the values
+    are NUTS's traced samples; it is called once per log-density evaluation.
 
     Attributes:
-        name: family name used by ``fit(kernel=...)`` and the CLI.
+        name: family name used by ``fit(kernel=...)`` and the CLI, stored with a fit's results.
         params: names of the sampled kernel hyperparameters (the noise is handled by the models).
         build: function of a dict {param: value} → :class:`~bayes_rbfn.gp.kernels.Kernel`.
         priors: function of :class:`DataScales` → dict {param: numpyro distribution} (without noise).
         description: one line for ``--help``.
+        fixed_kernel: the kernel of a family with nothing to sample (:func:`fixed_family`), else None.
     """
 
     name: str
@@ -97,15 +142,36 @@ class KernelFamily:
         return priors
 
 
-def _lengthscale_prior(s: DataScales, fraction: float = 0.2, sd: float = 1.0) -> dist.Distribution:
-    loc = np.log(fraction * s.input_range)
-    if s.input_dim == 1:
+def lengthscale_prior(
+    scales: DataScales, fraction: float = 0.2, sd: float = 1.0, dims: Sequence[int] | None = None
+) -> dist.Distribution:
+    """LogNormal(log(fraction · range_d), sd) for a lengthscale over the input columns ``dims``.
+
+    Args:
+        scales: the data's scales (:func:`data_scales`).
+        fraction: the prior median as a fraction of each column's range (the default families: 0.2).
+        sd: the log-scale standard deviation.
+        dims: the input columns the lengthscale acts on (a kernel's ``on_dims``); None for all of them.
+
+    Returns:
+        A scalar distribution for one column, else one with event shape (len(dims),) (ARD).
+    """
+    input_range = scales.input_range if dims is None else scales.input_range[np.asarray(dims)]
+    loc = np.log(fraction * input_range)
+    if loc.size == 1:
         return dist.LogNormal(float(loc[0]), sd)
     return dist.LogNormal(jnp.asarray(loc), sd).to_event(1)
 
 
-def _variance_prior(s: DataScales) -> dist.Distribution:
-    return dist.LogNormal(float(np.log(s.y_sd**2)), 1.0)
+def variance_prior(scales: DataScales, fraction: float = 1.0, sd: float = 1.0) -> dist.Distribution:
+    """LogNormal(log((fraction · sd(y))²), sd) for a kernel variance s² (a component's share of the spread).
+
+    Args:
+        scales: the data's scales (:func:`data_scales`).
+        fraction: the prior median of s as a fraction of sd(y) (the default families: 1).
+        sd: the log-scale standard deviation.
+    """
+    return dist.LogNormal(float(np.log((fraction * scales.y_sd) ** 2)), sd)
 
 
 def _stationary(name: str, cls: type[K.Stationary], description: str) -> KernelFamily:
@@ -113,15 +179,23 @@ def _stationary(name: str, cls: type[K.Stationary], description: str) -> KernelF
         name=name,
         params=("lengthscale", "variance"),
         build=lambda p: cls(lengthscale=p["lengthscale"], variance=p["variance"]),
-        priors=lambda s: {"lengthscale": _lengthscale_prior(s), "variance": _variance_prior(s)},
+        priors=lambda s: {"lengthscale": lengthscale_prior(s), "variance": variance_prior(s)},
         description=description,
     )
+
+
+def _rq_priors(s: DataScales) -> dict[str, dist.Distribution]:
+    return {
+        "lengthscale": lengthscale_prior(s),
+        "variance": variance_prior(s),
+        "alpha": dist.LogNormal(0.0, 1.0),
+    }
 
 
 def _periodic_priors(s: DataScales) -> dict[str, dist.Distribution]:
     return {
         "lengthscale": dist.LogNormal(0.0, 1.0),
-        "variance": _variance_prior(s),
+        "variance": variance_prior(s),
         "period": dist.LogNormal(float(np.log(np.mean(s.input_range) / 4)), 1.0),
     }
 
@@ -159,6 +233,15 @@ FAMILIES: dict[str, KernelFamily] = {
     "matern52": _stationary("matern52", K.Matern52, "Matérn 5/2, ARD lengthscales when D > 1"),
     "matern32": _stationary("matern32", K.Matern32, "Matérn 3/2, ARD lengthscales when D > 1"),
     "exponential": _stationary("exponential", K.Exponential, "exponential (Matérn 1/2)"),
+    "rq": KernelFamily(
+        name="rq",
+        params=("lengthscale", "variance", "alpha"),
+        build=lambda p: K.RationalQuadratic(
+            lengthscale=p["lengthscale"], variance=p["variance"], alpha=p["alpha"]
+        ),
+        priors=_rq_priors,
+        description="rational quadratic (a mixture of SE lengthscales) with a sampled shape alpha",
+    ),
     "periodic": KernelFamily(
         name="periodic",
         params=("lengthscale", "variance", "period"),
@@ -181,7 +264,10 @@ FAMILIES: dict[str, KernelFamily] = {
         ),
         build=_co2_build,
         priors=_co2_priors,
-        description="long trend + medium term + yearly seasonality (SE + SE + Periodic·SE), X in years",
+        description=(
+            "long trend + drift + medium term + yearly seasonality (SE + Matérn52 + SE + Periodic·SE), "
+            "X in years"
+        ),
     ),
 }
 
@@ -198,9 +284,84 @@ def fixed_family(kernel: K.Kernel) -> KernelFamily:
     )
 
 
+#: Names a family's hyperparameter may not take: sites that the models sample or observe themselves.
+_RESERVED = frozenset({"noise", "y", "f"})
+
+
+def kernel_family(
+    build: Callable[[Mapping[str, Any]], K.Kernel],
+    priors: Mapping[str, dist.Distribution | Callable[[DataScales], dist.Distribution]],
+    name: str = "custom",
+    description: str = "",
+) -> KernelFamily:
+    """A kernel family from a build function and one prior per sampled hyperparameter.
+
+    Args:
+        build: function of a dict {name: value} (one entry per key of ``priors``) returning a
+            :class:`~bayes_rbfn.gp.kernels.Kernel`; traceable (see :class:`KernelFamily`).
+        priors: {name: prior}, in the order the hyperparameters are sampled. A prior is a NumPyro
+            distribution, or a function of the data's :class:`DataScales` returning one (e.g.
+            :func:`lengthscale_prior`, :func:`variance_prior`), so that it follows the units of the data.
+        name: the family's name, stored with a fit's results; not one of :data:`FAMILIES`.
+        description: one line describing the family.
+
+    Returns:
+        A :class:`KernelFamily` for ``bayes_rbfn.fit(..., kernel=...)``.
+
+    Raises:
+        ValueError: a prior that is neither, a reserved or non-identifier name, or a registered name.
+    """
+    if not callable(build):
+        raise ValueError(f"kernel_family: build must be a function of the hyperparameters, got {build!r}")
+    if not isinstance(name, str) or not name or name in FAMILIES:
+        raise ValueError(
+            f"kernel_family: name must be a new non-empty string (not one of {', '.join(FAMILIES)}), "
+            f"got {name!r}"
+        )
+    priors = dict(priors)
+    for param, prior in priors.items():
+        if not (isinstance(param, str) and param.isidentifier()) or param in _RESERVED:
+            raise ValueError(
+                f"kernel_family: {param!r} cannot name a hyperparameter (a Python identifier other than "
+                f"{', '.join(sorted(_RESERVED))})"
+            )
+        # A numpyro Distribution is callable too (it samples); test for it first.
+        if not (isinstance(prior, dist.Distribution) or callable(prior)):
+            raise ValueError(
+                f"kernel_family: the prior of {param!r} must be a numpyro distribution or a function of "
+                f"DataScales returning one, got {prior!r}"
+            )
+
+    def resolve(scales: DataScales) -> dict[str, dist.Distribution]:
+        return {
+            param: prior if isinstance(prior, dist.Distribution) else prior(scales)
+            for param, prior in priors.items()
+        }
+
+    return KernelFamily(
+        name=name,
+        params=tuple(priors),
+        build=build,
+        priors=resolve,
+        description=description or "user-defined kernel family",
+    )
+
+
 def get_family(kernel: str | K.Kernel | KernelFamily) -> KernelFamily:
-    """Resolve a family name, a kernel object (fixed hyperparameters) or a family."""
+    """Resolve a family name, a kernel object (fixed hyperparameters) or a family.
+
+    A family named like a registered one must be that family (the same ``build`` and ``params``): a fit
+    stores only the name, and its results are rebuilt with the registered family.
+    """
     if isinstance(kernel, KernelFamily):
+        registered = FAMILIES.get(kernel.name)
+        if registered is not None and (
+            kernel.build is not registered.build or kernel.params != registered.params
+        ):
+            raise ValueError(
+                f"kernel: a KernelFamily named {kernel.name!r} differs from the registered family of that "
+                "name; give it another name"
+            )
         return kernel
     if isinstance(kernel, K.Kernel):
         return fixed_family(kernel)

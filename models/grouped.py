@@ -67,10 +67,9 @@ def prepare(X, y, Z, y_offset, group, group_pred, X_pred) -> tuple[dict, dict]:
         raise ValueError("group: codes must be 0..G-1 with every group present")
     n_max = int(counts.max())
     order = np.argsort(group, kind="stable")
-    position = np.empty(n, dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    position[order] = np.arange(n) - np.repeat(starts, counts)
-    flat_index = group * n_max + position
+    flat_index = padded_index(group)
+    position = flat_index - group * n_max
 
     Xn = np.asarray(X)
     yn = np.asarray(y)
@@ -119,6 +118,17 @@ def prepare(X, y, Z, y_offset, group, group_pred, X_pred) -> tuple[dict, dict]:
         "num_groups": G,
     }
     return data, extras
+
+
+def padded_index(group: np.ndarray) -> np.ndarray:
+    """Where each observation sits in the flattened (G, N_max) layout: group · N_max + its rank within the
+    group (in the order of the observations), shape (N,)."""
+    counts = np.bincount(group)
+    order = np.argsort(group, kind="stable")
+    position = np.empty(group.size, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    position[order] = np.arange(group.size) - np.repeat(starts, counts)
+    return group * int(counts.max()) + position
 
 
 def _group_values(config: ModelConfig, G: int) -> dict[str, Any]:
@@ -220,7 +230,17 @@ def log_likelihood(params: dict, data: dict, config: ModelConfig):
     """Per-group SoR LOO conditionals in the padded layout (G·N_max,); the driver reorders them."""
 
     def loo(factor, kernel, X_g, r, Z_g, noise, mask_g):
-        return parallel.sor_loo(factor, kernel, Z_g, X_g, r, noise**2, mask=mask_g, exact=config.loo_exact)
+        return parallel.sor_loo(
+            factor,
+            kernel,
+            Z_g,
+            X_g,
+            r,
+            noise**2,
+            mask=mask_g,
+            exact=config.loo_exact,
+            statistic=config.loo_statistic,
+        )
 
     return _per_group(params, data, config, loo).reshape(-1)
 

@@ -70,11 +70,24 @@ def predict(params: dict, data: dict, config: ModelConfig, X_test):
 
 
 def log_likelihood(params: dict, data: dict, config: ModelConfig):
-    """Gaussian: the SoR LOO conditionals (α marginalised); otherwise the pointwise log p(y_i | f_i)."""
+    """Gaussian: the SoR LOO conditionals (α marginalised); otherwise the pointwise log p(y_i | f_i).
+
+    With ``config.loo_statistic = "pit"`` their CDFs at y_i instead: the conditional's, or the
+    likelihood's P(y_i' ≤ y_i | f_i) for a continuous likelihood (ValueError for a discrete one, whose PIT
+    is not uniform under a calibrated model without randomisation).
+    """
     if config.likelihood.marginalisable:
         return sor.log_likelihood(params, data, config)
     f, _ = predict(params, data, config, data["X"])
-    return config.likelihood.observe(f, params).log_prob(data["y"])
+    observation = config.likelihood.observe(f, params)
+    if config.loo_statistic == "pit":
+        if not observation.support.is_discrete:
+            return observation.cdf(data["y"])
+        raise ValueError(
+            f"loo_pit: the {config.likelihood.name} likelihood is discrete; its PIT values are not uniform "
+            "for a calibrated model (use a randomised PIT, or a rootogram)"
+        )
+    return observation.log_prob(data["y"])
 
 
 SPEC = ModelSpec(

@@ -44,6 +44,9 @@ class ModelConfig:
     #: How the LOO conditionals treat points the model interpolates (``exact`` of
     #: :func:`bayes_rbfn.gp.parallel.sor_loo`); :func:`bayes_rbfn.infer.fitting.pointwise_loo` sets it.
     loo_exact: bool | str | None = None
+    #: What ``log_likelihood`` returns per observation: ``"log_density"`` (the stored log-likelihood) or
+    #: ``"pit"``, the same conditionals' CDFs at y_i (:func:`bayes_rbfn.infer.loo.loo_pit` sets it).
+    loo_statistic: str = "log_density"
     #: The observation model (:mod:`bayes_rbfn.models.likelihoods`); only ``rbfn`` takes a non-Gaussian one.
     likelihood: Likelihood = LIKELIHOODS["gaussian"]
     #: The prior mean of f: ``"constant"`` (the number ``data["y_offset"]``), ``"linear"`` (sampled

@@ -108,6 +108,19 @@ def loo_brute_force(C: np.ndarray, y) -> np.ndarray:
     return out
 
 
+def loo_pit_brute_force(C: np.ndarray, y) -> np.ndarray:
+    """P(y_i' ≤ y_i | y_−i) for y ~ N(0, C): the CDF of each dense leave-one-out conditional at y_i."""
+    y = np.asarray(y, dtype=np.float64)
+    out = np.empty(len(y))
+    for i in range(len(y)):
+        rest = np.arange(len(y)) != i
+        c = C[i, rest]
+        mean = c @ np.linalg.solve(C[np.ix_(rest, rest)], y[rest])
+        var = C[i, i] - c @ np.linalg.solve(C[np.ix_(rest, rest)], c)
+        out[i] = stats.norm(loc=mean, scale=np.sqrt(var)).cdf(y[i])
+    return out
+
+
 def variance_lost(kernel, Z, X_test, jitter: float) -> np.ndarray:
     """1 − diag(Q_**) / diag(K_**) from dense matrices."""
     return 1.0 - np.diag(nystrom(kernel, Z, X_test, X_test, jitter)) / np.diag(gram(kernel, X_test))

@@ -39,7 +39,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from bayes_rbfn.gp import linalg, parallel
-from bayes_rbfn.gp.kernels import Kernel, check_positive_parameter
+from bayes_rbfn.gp.kernels import (
+    ActiveDims,
+    Kernel,
+    check_nonnegative_parameter,
+    check_positive_parameter,
+)
 from bayes_rbfn.gp.validation import check_positive, check_X, check_y, check_Z
 
 __all__ = [
@@ -191,14 +196,16 @@ def exact_replicates(
     return f + noise * eps[2]
 
 
-def exact_loo(kernel: Kernel, X: jax.Array, y: jax.Array, noise: jax.Array) -> jax.Array:
+def exact_loo(
+    kernel: Kernel, X: jax.Array, y: jax.Array, noise: jax.Array, statistic: str = "log_density"
+) -> jax.Array:
     """LOO conditional log densities of the exact GP, shape (N,), in O(N³).
 
     diag(C⁻¹) is itself the quantity wanted, so the triangular factor is inverted
     (:func:`bayes_rbfn.gp.linalg.loo_from_chol`: an O(N³) triangular solve against I); this is the exact
-    reference model, not a sparse path.
+    reference model, not a sparse path. ``statistic="pit"``: the conditionals' CDFs at y_i instead.
     """
-    return linalg.loo_from_chol(exact_factor(kernel, X, noise), y)
+    return linalg.loo_from_chol(exact_factor(kernel, X, noise), y, statistic)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -309,6 +316,10 @@ def check_kernel(kernel: Any, dim: int) -> None:
     """
     if not isinstance(kernel, Kernel):
         raise ValueError(f"kernel: expected a bayes_rbfn.gp.kernels.Kernel, got {type(kernel).__name__}")
+    if isinstance(kernel, ActiveDims):  # the inner kernel sees only the chosen columns
+        kernel.check_input_dim(dim)
+        check_kernel(kernel.kernel, len(kernel.dims))
+        return
     for name in kernel.params:
         value = getattr(kernel, name)
         if isinstance(value, Kernel):
@@ -318,6 +329,8 @@ def check_kernel(kernel: Any, dim: int) -> None:
             continue
         if name in kernel.positive:
             check_positive_parameter(type(kernel).__name__, name, value)
+        if name in kernel.nonnegative:
+            check_nonnegative_parameter(type(kernel).__name__, name, value)
         if name in ("lengthscale", "period"):
             shape = np.shape(value)
             if len(shape) > 1 or (len(shape) == 1 and shape[0] not in (1, dim)):

@@ -4,6 +4,19 @@ Every kernel is a frozen value holding its hyperparameters as array leaves, so `
 ``grad`` pass straight through it. ``k(X1, X2)`` returns the Gram matrix, ``k.diag(X)`` its diagonal
 without forming the matrix, and ``k1 + k2`` / ``k1 * k2`` build composite kernels that are pytrees too.
 
+The algebra users expect:
+
+* ``c * k`` and ``k * c`` with a positive scalar c (a Python number, an array or a traced value such as a
+  NumPyro sample) give :class:`Scaled`, which holds c as an array leaf;
+* ``k.on_dims([0, 2])`` (or ``ActiveDims(k, [0, 2])``) makes k act on those input columns only, so
+  ``SquaredExponential(1.0).on_dims([0]) + Linear(0.5).on_dims([1])`` is one kernel of 2-D inputs. The
+  columns are static (pytree aux data), not leaves.
+
+Besides the stationary kernels (squared exponential, exponential, Matérn, rational quadratic) and the
+periodic one there are :class:`Linear` (dot product), :class:`Constant` and :class:`WhiteNoise`. The first
+two are not functions of x − x' alone; code that shifts the inputs to gain precision
+(:mod:`~bayes_rbfn.gp.parallel`) does so only for kernels it knows to be translation-invariant.
+
 Inputs may be ``(N,)`` (one input dimension) or ``(N, D)``. Hyperparameters follow DESIGN §2: ``variance``
 is the amplitude s², ``lengthscale`` is a scalar or one value per input dimension (ARD).
 
@@ -21,6 +34,7 @@ References
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import jax
@@ -31,15 +45,22 @@ from bayes_rbfn.gp.validation import is_concrete
 
 __all__ = [
     "KERNELS",
+    "ActiveDims",
+    "Constant",
     "Exponential",
     "Kernel",
+    "Linear",
     "Matern32",
     "Matern52",
     "Periodic",
     "Product",
+    "RationalQuadratic",
+    "Scaled",
     "SquaredExponential",
     "Sum",
+    "WhiteNoise",
     "as_2d",
+    "check_nonnegative_parameter",
     "check_positive_parameter",
     "safe_sqrt",
     "scaled_sqdist",
@@ -102,15 +123,41 @@ def check_positive_parameter(cls_name: str, name: str, value: Any) -> None:
         raise ValueError(f"{cls_name}: {name} must be positive, got {value!r}")
 
 
+def check_nonnegative_parameter(cls_name: str, name: str, value: Any) -> None:
+    """Raise ``ValueError`` when a concrete hyperparameter is not finite and ≥ 0."""
+    if not is_concrete(value):
+        return
+    arr = np.asarray(value, dtype=float)
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{cls_name}: {name} must be finite, got {value!r}")
+    if not np.all(arr >= 0):
+        raise ValueError(f"{cls_name}: {name} must be non-negative, got {value!r}")
+
+
+def _is_scalar(value: Any) -> bool:
+    """A real number, 0-d array or 0-d traced value (``bool`` excluded): what may scale a kernel."""
+    if isinstance(value, bool | np.bool_):
+        return False
+    if isinstance(value, int | float | np.integer | np.floating):
+        return True
+    return isinstance(value, np.ndarray | jax.Array) and np.ndim(value) == 0
+
+
 class Kernel:
     """Base class: a covariance function k(x, x') over inputs of shape (N, D).
 
-    Subclasses list their hyperparameters in ``params`` (array leaves of the pytree) and implement
-    ``__call__`` and ``diag``. Instances are immutable.
+    Subclasses list their hyperparameters in ``params`` (array leaves of the pytree, or nested kernels),
+    any hashable non-array settings in ``static`` (the pytree's aux data), and implement ``__call__`` and
+    ``diag``. Instances are immutable.
     """
 
     params: ClassVar[tuple[str, ...]] = ()
+    static: ClassVar[tuple[str, ...]] = ()
     positive: ClassVar[tuple[str, ...]] = ()
+    nonnegative: ClassVar[tuple[str, ...]] = ()
+
+    # NumPy scalars and arrays defer to Kernel.__rmul__ instead of broadcasting over the kernel.
+    __array_ufunc__ = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -118,17 +165,23 @@ class Kernel:
             cls,
             lambda k: (
                 tuple((jax.tree_util.GetAttrKey(p), getattr(k, p)) for p in k.params),
-                None,
+                k._aux(),
             ),
             cls._unflatten,
-            flatten_func=lambda k: (tuple(getattr(k, p) for p in k.params), None),
+            flatten_func=lambda k: (tuple(getattr(k, p) for p in k.params), k._aux()),
         )
 
+    def _aux(self) -> tuple | None:
+        # None for a kernel without static settings (most of them): no aux data, like a plain node.
+        return tuple(getattr(self, s) for s in self.static) if self.static else None
+
     @classmethod
-    def _unflatten(cls, aux: None, children: tuple) -> Kernel:
+    def _unflatten(cls, aux: tuple | None, children: tuple) -> Kernel:
         # Bypass __init__: JAX rebuilds pytrees with tracers or placeholder leaves.
         obj = object.__new__(cls)
         for name, value in zip(cls.params, children, strict=True):
+            object.__setattr__(obj, name, value)
+        for name, value in zip(cls.static, aux or (), strict=True):
             object.__setattr__(obj, name, value)
         return obj
 
@@ -136,6 +189,8 @@ class Kernel:
         for name, value in values.items():
             if name in self.positive:
                 check_positive_parameter(type(self).__name__, name, value)
+            if name in self.nonnegative:
+                check_nonnegative_parameter(type(self).__name__, name, value)
             object.__setattr__(self, name, jnp.asarray(value) if is_concrete(value) else value)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -145,8 +200,8 @@ class Kernel:
         raise AttributeError(f"{type(self).__name__} is immutable; cannot delete {name}")
 
     def replace(self, **values: Any) -> Kernel:
-        """A copy with some hyperparameters replaced."""
-        current = {p: getattr(self, p) for p in self.params}
+        """A copy with some hyperparameters (or static settings) replaced."""
+        current = {p: getattr(self, p) for p in (*self.params, *self.static)}
         current.update(values)
         return type(self)(**current)
 
@@ -160,8 +215,26 @@ class Kernel:
     def __add__(self, other: Kernel) -> Sum:
         return Sum(self, other)
 
-    def __mul__(self, other: Kernel) -> Product:
-        return Product(self, other)
+    def __mul__(self, other: Kernel | Any) -> Product | Scaled:
+        """``k1 * k2`` is their :class:`Product`; ``k * c`` with a scalar c is ``Scaled(k, c)``."""
+        if isinstance(other, Kernel):
+            return Product(self, other)
+        return self.__rmul__(other)
+
+    def __rmul__(self, other: Any) -> Scaled:
+        """``c * k`` with a scalar c (a number, 0-d array or traced value) is ``Scaled(k, c)``."""
+        if _is_scalar(other):
+            return Scaled(self, other)
+        if isinstance(other, np.ndarray | jax.Array):
+            raise TypeError(
+                f"{type(self).__name__}: a kernel can be scaled by a scalar only, got an array of shape "
+                f"{np.shape(other)}"
+            )
+        return NotImplemented
+
+    def on_dims(self, dims: int | Sequence[int]) -> ActiveDims:
+        """This kernel acting on the input columns ``dims`` only: ``ActiveDims(self, dims)``."""
+        return ActiveDims(self, dims)
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{p}={np.asarray(getattr(self, p)).tolist()!r}" for p in self.params)
@@ -219,6 +292,24 @@ class Matern52(Stationary):
         return (1.0 + r + (5.0 / 3.0) * r2) * jnp.exp(-r)
 
 
+class RationalQuadratic(Stationary):
+    """Rational quadratic k = s² (1 + r²/(2α))^(−α), with r² the ARD-scaled squared distance.
+
+    Eq. (4.19) in [1] of the module: a scale mixture of squared exponentials whose inverse squared
+    lengthscales are Gamma-distributed with shape α; α → ∞ gives the squared exponential. ``alpha`` > 0 is
+    a scalar. Evaluated as exp(−α log1p(r²/(2α))), accurate for small r² and large α.
+    """
+
+    params = ("lengthscale", "variance", "alpha")
+    positive = ("lengthscale", "variance", "alpha")
+
+    def __init__(self, lengthscale: Any = 1.0, variance: Any = 1.0, alpha: Any = 1.0) -> None:
+        self._set(lengthscale=lengthscale, variance=variance, alpha=alpha)
+
+    def profile(self, r2: jax.Array) -> jax.Array:
+        return jnp.exp(-self.alpha * jnp.log1p(r2 * (0.5 / self.alpha)))
+
+
 class Periodic(Kernel):
     """MacKay's periodic kernel k = s² exp(−2 Σ_d sin²(π (x_d − x'_d) / p) / ℓ_d²).
 
@@ -239,6 +330,89 @@ class Periodic(Kernel):
         # Reciprocals of the (D,) hyperparameters, not a division per entry (see scaled_sqdist).
         s = jnp.sin(diff * (jnp.pi / jnp.asarray(self.period))) * (1.0 / jnp.asarray(self.lengthscale))
         return self.variance * jnp.exp(-2.0 * jnp.sum(s * s, axis=-1))
+
+    def diag(self, X: Any) -> jax.Array:
+        X = as_2d(X)
+        return jnp.broadcast_to(self.variance, X.shape[:1]).astype(jnp.result_type(X, self.variance))
+
+
+class Linear(Kernel):
+    """Dot-product (linear) kernel k = Σ_d s_d² x_d x'_d + c.
+
+    The covariance of f(x) = wᵀx + b with w ~ N(0, diag(s²)) and b ~ N(0, c): Bayesian linear regression
+    through the origin plus an intercept (§4.2.2 of [1] of the module, with Σ_p = diag(s²) and σ_0² = c).
+
+    Args:
+        variance: s², the prior variance of the slopes: a scalar or one value per input dimension, > 0.
+        offset: c, the prior variance of the intercept, ≥ 0.
+
+    Not stationary: k changes when both inputs are shifted, so inputs far from the origin (years, say) give
+    an ill-conditioned Gram matrix; centre them first. Its Gram matrix has rank ≤ D + 1, so on its own it
+    cannot be the kernel of a sparse GP with more than D + 1 inducing inputs; add it to another kernel.
+    """
+
+    params = ("variance", "offset")
+    positive = ("variance",)
+    nonnegative = ("offset",)
+
+    def __init__(self, variance: Any = 1.0, offset: Any = 0.0) -> None:
+        self._set(variance=variance, offset=offset)
+
+    def __call__(self, X1: Any, X2: Any | None = None) -> jax.Array:
+        X1 = as_2d(X1)
+        X2 = X1 if X2 is None else as_2d(X2)
+        return (X1 * self.variance) @ X2.T + self.offset
+
+    def diag(self, X: Any) -> jax.Array:
+        X = as_2d(X)
+        return jnp.sum(X * self.variance * X, axis=-1) + self.offset
+
+
+class Constant(Kernel):
+    """Constant kernel k(x, x') = c: a random offset b ~ N(0, c) shared by all inputs (§4.2.2 of [1])."""
+
+    params = ("variance",)
+    positive = ("variance",)
+
+    def __init__(self, variance: Any = 1.0) -> None:
+        self._set(variance=variance)
+
+    def __call__(self, X1: Any, X2: Any | None = None) -> jax.Array:
+        X1 = as_2d(X1)
+        X2 = X1 if X2 is None else as_2d(X2)
+        dtype = jnp.result_type(X1, X2, self.variance)
+        return jnp.broadcast_to(self.variance, (X1.shape[0], X2.shape[0])).astype(dtype)
+
+    def diag(self, X: Any) -> jax.Array:
+        X = as_2d(X)
+        return jnp.broadcast_to(self.variance, X.shape[:1]).astype(jnp.result_type(X, self.variance))
+
+
+class WhiteNoise(Kernel):
+    """White-noise kernel k(x, x') = s² [x = x'], the indicator of equal inputs (all coordinates equal).
+
+    A function of the two input *values*, not of which arrays were passed: k(X) = k(X, X) = s² I for
+    distinct rows, cross-covariances are zero except between coincident points, and rows repeated in X
+    share one white value (the Gram matrix is then s² times a block of ones, still positive semi-definite).
+    Being a function of the points, it gives the same matrix inside and outside ``jit``, where a test of
+    ``X2 is X1`` would not (``jit`` gives each argument its own tracer). Added to a kernel it regularises
+    K_uu like a jitter of s², and adds s² to k(x, x) (``diag``), so DTC/FITC/VFE count it in the prior
+    variance; but SoR's K_fu has no white part unless inducing inputs coincide with data points (e.g.
+    chosen by pivoted Cholesky). For observation noise use the models' ``noise`` σ, not this kernel.
+    """
+
+    params = ("variance",)
+    positive = ("variance",)
+
+    def __init__(self, variance: Any = 1.0) -> None:
+        self._set(variance=variance)
+
+    def __call__(self, X1: Any, X2: Any | None = None) -> jax.Array:
+        X1 = as_2d(X1)
+        X2 = X1 if X2 is None else as_2d(X2)
+        equal = jnp.all(X1[:, None, :] == X2[None, :, :], axis=-1)
+        dtype = jnp.result_type(X1, X2, self.variance)
+        return jnp.where(equal, self.variance, 0.0).astype(dtype)
 
     def diag(self, X: Any) -> jax.Array:
         X = as_2d(X)
@@ -279,11 +453,96 @@ class Product(_Composite):
         return self.k1.diag(X) * self.k2.diag(X)
 
 
-#: Kernel names accepted by the model layer and the CLI.
+class Scaled(Kernel):
+    """k(x, x') = c · k0(x, x') with a scalar c > 0: what ``c * k0`` and ``k0 * c`` return.
+
+    Args:
+        kernel: k0.
+        scale: c, a positive scalar (a number, a 0-d array or a traced value such as a NumPyro sample);
+            held as an array leaf, so ``grad`` reaches it.
+    """
+
+    params = ("scale", "kernel")
+    positive = ("scale",)
+
+    def __init__(self, kernel: Kernel, scale: Any) -> None:
+        if not isinstance(kernel, Kernel):
+            raise TypeError(f"Scaled: kernel must be a Kernel, got {type(kernel).__name__}")
+        if np.ndim(scale) != 0:
+            raise ValueError(f"Scaled: scale must be a scalar, got shape {np.shape(scale)}")
+        object.__setattr__(self, "kernel", kernel)
+        self._set(scale=scale)
+
+    def __call__(self, X1: Any, X2: Any | None = None) -> jax.Array:
+        return self.scale * self.kernel(X1, X2)
+
+    def diag(self, X: Any) -> jax.Array:
+        return self.scale * self.kernel.diag(X)
+
+    def __repr__(self) -> str:
+        return f"Scaled({self.kernel!r}, scale={np.asarray(self.scale).tolist()!r})"
+
+
+class ActiveDims(Kernel):
+    """A kernel acting on some input columns only: k(x, x') = k0(x[dims], x'[dims]).
+
+    Args:
+        kernel: k0, whose ARD hyperparameters (if any) have one value per selected column.
+        dims: column index or sequence of distinct column indices (negative ones count from the end);
+            static (the pytree's aux data), so ``jit`` retraces for other columns, never for new
+            hyperparameters.
+
+    Inputs must have a column for every index; ``(N,)`` inputs are one column (index 0). A kernel that
+    is stationary in its columns stays translation-invariant in all of them (shifting the other columns
+    does not change it).
+    """
+
+    params = ("kernel",)
+    static = ("dims",)
+
+    def __init__(self, kernel: Kernel, dims: int | Sequence[int]) -> None:
+        if not isinstance(kernel, Kernel):
+            raise TypeError(f"ActiveDims: kernel must be a Kernel, got {type(kernel).__name__}")
+        seq = (dims,) if isinstance(dims, int | np.integer) else tuple(dims)
+        if not seq or not all(isinstance(d, int | np.integer) and not isinstance(d, bool) for d in seq):
+            raise ValueError(
+                f"ActiveDims: dims must be a column index or a non-empty sequence of them, got {dims!r}"
+            )
+        seq = tuple(int(d) for d in seq)
+        if len(set(seq)) != len(seq):
+            raise ValueError(f"ActiveDims: dims must be distinct, got {seq}")
+        object.__setattr__(self, "kernel", kernel)
+        object.__setattr__(self, "dims", seq)
+
+    def check_input_dim(self, dim: int) -> None:
+        """Raise ``ValueError`` unless inputs with ``dim`` columns have every column in ``dims``."""
+        if not all(-dim <= d < dim for d in self.dims):
+            raise ValueError(f"ActiveDims: dims {self.dims} out of range for inputs with {dim} column(s)")
+
+    def _select(self, X: Any) -> jax.Array:
+        X = as_2d(X)
+        self.check_input_dim(X.shape[1])
+        return X[:, np.asarray(self.dims)]
+
+    def __call__(self, X1: Any, X2: Any | None = None) -> jax.Array:
+        return self.kernel(self._select(X1), None if X2 is None else self._select(X2))
+
+    def diag(self, X: Any) -> jax.Array:
+        return self.kernel.diag(self._select(X))
+
+    def __repr__(self) -> str:
+        return f"ActiveDims({self.kernel!r}, dims={list(self.dims)!r})"
+
+
+#: Kernel classes by short name (the families of :mod:`bayes_rbfn.models.families` use the same names).
 KERNELS: dict[str, type[Kernel]] = {
     "se": SquaredExponential,
     "exponential": Exponential,
     "matern32": Matern32,
     "matern52": Matern52,
+    "rq": RationalQuadratic,
     "periodic": Periodic,
+    "linear": Linear,
+    "constant": Constant,
+    "white": WhiteNoise,
 }

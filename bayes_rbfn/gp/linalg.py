@@ -52,6 +52,8 @@ References
     Eqs. (5.10)–(5.12) (LOO).
 [4] Bürkner, P.-C., Gabry, J. & Vehtari, A. (2020). Efficient leave-one-out cross-validation for Bayesian
     non-factorized normal and Student-t models. Computational Statistics.
+[5] Gelman, A., Carlin, J. B., Stern, H. S., Dunson, D. B., Vehtari, A. & Rubin, D. B. (2013). *Bayesian
+    Data Analysis*, 3rd ed. CRC Press.
 """
 
 from __future__ import annotations
@@ -63,10 +65,12 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
+import jax.scipy.special
 import numpy as np
 
 __all__ = [
     "JITTER",
+    "LOO_STATISTICS",
     "FactorisationError",
     "Woodbury",
     "add_jitter",
@@ -175,8 +179,14 @@ def finite_or_neg_inf(logp: jax.Array) -> jax.Array:
     return jnp.where(jnp.isfinite(logp), logp, -jnp.inf)
 
 
-def loo_from_precision(precision_diag: jax.Array, precision_y: jax.Array) -> jax.Array:
-    """log p(y_i | y_−i) for y ~ N(0, C) from diag(C⁻¹) and C⁻¹y, shape (N,).
+#: What a LOO pass returns per point: ``"log_density"`` log p(y_i | y_−i), ``"pit"`` P(y_i' ≤ y_i | y_−i).
+LOO_STATISTICS: tuple[str, ...] = ("log_density", "pit")
+
+
+def loo_from_precision(
+    precision_diag: jax.Array, precision_y: jax.Array, statistic: str = "log_density"
+) -> jax.Array:
+    """log p(y_i | y_−i) for y ~ N(0, C) from diag(C⁻¹) and C⁻¹y, shape (N,); or its CDF at y_i.
 
     The conditional is N(y_i − [C⁻¹y]_i / [C⁻¹]_ii, 1 / [C⁻¹]_ii) (eqs. (5.10)–(5.12) of [3]; [4]). Every
     LOO conditional of the package (exact GP, and the SoR family's through
@@ -184,12 +194,16 @@ def loo_from_precision(precision_diag: jax.Array, precision_y: jax.Array) -> jax
 
     Args:
         precision_diag: diag(C⁻¹), shape (N,). precision_y: C⁻¹y, shape (N,).
+        statistic: ``"log_density"``, or ``"pit"``: the probability integral transform Φ(z_i) of y_i under
+            its conditional, z_i = (y_i − μ_−i)/σ_−i = [C⁻¹y]_i / √[C⁻¹]_ii (LOO-PIT, [5] §6.3).
     """
+    if statistic == "pit":
+        return jax.scipy.special.ndtr(precision_y * jax.lax.rsqrt(precision_diag))
     return 0.5 * (jnp.log(precision_diag) - _LOG_2PI) - 0.5 * precision_y**2 / precision_diag
 
 
 @full_precision
-def loo_from_chol(L: jax.Array, y: jax.Array) -> jax.Array:
+def loo_from_chol(L: jax.Array, y: jax.Array, statistic: str = "log_density") -> jax.Array:
     """log p(y_i | y_−i) for y ~ N(0, L Lᵀ) from a lower-triangular factor L (n, n), shape (n,), in O(n³).
 
     diag(C⁻¹) is the column sums of (L⁻¹)² and C⁻¹y = L⁻ᵀ L⁻¹ y, both sums of products with no
@@ -197,7 +211,7 @@ def loo_from_chol(L: jax.Array, y: jax.Array) -> jax.Array:
     factor from a QR decomposition will do).
     """
     Linv = solve_lower(L, jnp.eye(L.shape[-1], dtype=L.dtype))
-    return loo_from_precision(jnp.sum(Linv * Linv, axis=0), Linv.T @ (Linv @ y))
+    return loo_from_precision(jnp.sum(Linv * Linv, axis=0), Linv.T @ (Linv @ y), statistic)
 
 
 def gaussian_logpdf_from_chol(L: jax.Array, r: jax.Array) -> jax.Array:

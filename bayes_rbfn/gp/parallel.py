@@ -403,10 +403,13 @@ def _low(tree: Any, precision: str) -> Any:
 
 
 def _translation_invariant(kernel: Kernel) -> bool:
-    """Whether k(x + c, x' + c) = k(x, x') for every c, known from the kernel's type: the stationary and the
-    periodic kernels, and sums and products of them."""
-    if isinstance(kernel, kernels.Stationary | kernels.Periodic):
+    """Whether k(x + c, x' + c) = k(x, x') for every c, known from the kernel's type: the stationary, the
+    periodic and the constant kernels, a positive multiple or a column subset of one, and sums and products
+    of them (not the white-noise kernel: a shift, rounded, can make two inputs equal)."""
+    if isinstance(kernel, kernels.Stationary | kernels.Periodic | kernels.Constant):
         return True
+    if isinstance(kernel, kernels.Scaled | kernels.ActiveDims):
+        return _translation_invariant(kernel.kernel)
     if isinstance(kernel, kernels.Sum | kernels.Product):
         return _translation_invariant(kernel.k1) and _translation_invariant(kernel.k2)
     return False
@@ -781,7 +784,12 @@ def _leaf_size(M: int, C: int) -> int:
 
 
 def _leaf_loo(
-    R_pre: jax.Array, R_suf: jax.Array, F_B: jax.Array, y_B: jax.Array, w_B: jax.Array
+    R_pre: jax.Array,
+    R_suf: jax.Array,
+    F_B: jax.Array,
+    y_B: jax.Array,
+    w_B: jax.Array,
+    statistic: str = "log_density",
 ) -> jax.Array:
     """LOO conditionals of the b points of one leaf block B given all others, from their square-root
     information: ``R_pre``, ``R_suf`` (M+1, M+1) hold, in the row space of the augmented data rows
@@ -803,11 +811,20 @@ def _leaf_loo(
     # S_B = F_B A_out⁻¹ F_Bᵀ + D_B = R_SᵀR_S from the rows [H; D_B^½], not formed either; a padded point is
     # made independent of the rest (its row of H zero, d = 1) so that it conditions nothing.
     R_S = _r_factor(jnp.concatenate([jnp.where(real[None, :], H_t, 0.0), jnp.diag(d_half)]))
-    return linalg.loo_from_chol(R_S.T, jnp.where(real, y_B - F_p @ mu_out, 0.0))
+    return linalg.loo_from_chol(R_S.T, jnp.where(real, y_B - F_p @ mu_out, 0.0), statistic)
 
 
 def _leave_block_out_local(
-    shared: tuple, X: jax.Array, y: jax.Array, w: jax.Array, flag: jax.Array, *, layout: tuple, gather, first
+    shared: tuple,
+    X: jax.Array,
+    y: jax.Array,
+    w: jax.Array,
+    flag: jax.Array,
+    *,
+    layout: tuple,
+    gather,
+    first,
+    statistic: str = "log_density",
 ) -> jax.Array:
     """One device's share of :func:`_leave_block_out_loo`: the LOO conditionals of its points, (rows,),
     zero in chunks without a flagged point. ``layout`` = (blocks here, chunks per block, chunk length);
@@ -861,7 +878,7 @@ def _leave_block_out_local(
             def leaf(args):
                 *args, f_B = args
                 skip = _varying_like(jnp.zeros((b,), W.dtype), args[0])
-                return lax.cond(_any_over_batch(f_B), lambda: _leaf_loo(*args), lambda: skip)
+                return lax.cond(_any_over_batch(f_B), lambda: _leaf_loo(*args, statistic), lambda: skip)
 
             return lax.map(leaf, (R_pre, R_suf, *leaves[1:])).reshape(-1)[:C]
 
@@ -871,7 +888,7 @@ def _leave_block_out_local(
     return lax.map(chunk, (*chunks, R_out)).reshape(-1)
 
 
-@functools.partial(jax.jit, static_argnums=(7, 8))
+@functools.partial(jax.jit, static_argnums=(7, 8, 9))
 def _leave_block_out_loo(
     kernel: Kernel,
     Z: jax.Array,
@@ -882,6 +899,7 @@ def _leave_block_out_loo(
     flag: jax.Array,
     C: int,
     mesh: Mesh | None,
+    statistic: str = "log_density",
 ) -> jax.Array:
     """LOO conditionals of y ~ N(0, Q_ff + diag(1/w)) by leaving out leaf blocks, at the flagged points (N,).
 
@@ -907,7 +925,12 @@ def _leave_block_out_loo(
     shared = (kernel, Z, W)
     if mesh is None:
         out = _leave_block_out_local(
-            shared, *arrays, layout=(n_blocks, per_block, C_eff), gather=lambda a: a, first=0
+            shared,
+            *arrays,
+            layout=(n_blocks, per_block, C_eff),
+            gather=lambda a: a,
+            first=0,
+            statistic=statistic,
         )
     else:
         local_blocks = n_blocks // n_dev
@@ -919,6 +942,7 @@ def _leave_block_out_loo(
                 layout=(local_blocks, per_block, C_eff),
                 gather=lambda a: lax.all_gather(a, DATA_AXIS, tiled=True),
                 first=lax.axis_index(DATA_AXIS) * local_blocks,
+                statistic=statistic,
             )
 
         data = P(DATA_AXIS)
@@ -928,7 +952,7 @@ def _leave_block_out_loo(
     return out[:N]
 
 
-def _woodbury_loo_local(shared, X, y, w, n_blocks, per_block, C_eff):
+def _woodbury_loo_local(shared, X, y, w, n_blocks, per_block, C_eff, statistic="log_density"):
     """:func:`sor_loo`'s Woodbury pass on one device's rows: per point (log p(y_i | y_−i), 1 − h_i)."""
     kernel, Z, R, m = shared
 
@@ -936,7 +960,8 @@ def _woodbury_loo_local(shared, X, y, w, n_blocks, per_block, C_eff):
         K = kernel(Z, x)
         V = (R @ K) * wc
         precision = wc - jnp.sum(V * V, axis=0)
-        return carry, (linalg.loo_from_precision(precision, wc * (yc - m @ K)), precision / wc)
+        loo = linalg.loo_from_precision(precision, wc * (yc - m @ K), statistic)
+        return carry, (loo, precision / wc)
 
     # The block layout of the sums (nothing is summed here: a zero per block), so that every point
     # sits in the same chunk on one device and on several: the precision wc − ‖v‖² cancels, and
@@ -945,12 +970,13 @@ def _woodbury_loo_local(shared, X, y, w, n_blocks, per_block, C_eff):
 
 
 @functools.cache
-def _woodbury_loo_pass(mesh: Mesh | None, C: int) -> Callable:
+def _woodbury_loo_pass(mesh: Mesh | None, C: int, statistic: str = "log_density") -> Callable:
     """``run(shared, X, y, w)`` of :func:`_woodbury_loo_local` over all of X's points, compiled once per
     setting and shape (an eager :func:`sor_loo` then traces and compiles nothing the second time)."""
 
     def run(shared, X, y, w):
-        return _summed_over_data(_woodbury_loo_local, mesh, X.shape[0], C)(shared, X, y, w)
+        local = functools.partial(_woodbury_loo_local, statistic=statistic)
+        return _summed_over_data(local, mesh, X.shape[0], C)(shared, X, y, w)
 
     return jax.jit(run)
 
@@ -967,6 +993,7 @@ def sor_loo(
     chunk_size: int | None = None,
     mesh: Mesh | None = None,
     exact: bool | str | None = None,
+    statistic: str = "log_density",
 ) -> jax.Array:
     """LOO conditionals log p(y_i | y_−i) for y ~ N(0, C), C = Q_ff + diag(d), shape (N,), in O(NM²) ([4]).
 
@@ -1023,16 +1050,20 @@ def sor_loo(
             is NaN ("not computed here"), so that a caller evaluating many draws compiles and runs the pass
             only for the draws that need it (:func:`bayes_rbfn.infer.fitting.pointwise_loo`, with
             ``exact=True`` for those).
+        statistic: ``"log_density"`` (default), or ``"pit"``: each conditional's CDF at y_i, for LOO-PIT
+            (:func:`bayes_rbfn.gp.linalg.loo_from_precision`), from the same passes.
     """
     if exact not in (None, True, False, "defer"):
         raise ValueError(f"exact: expected None, True, False or 'defer', got {exact!r}")
+    if statistic not in linalg.LOO_STATISTICS:
+        raise ValueError(f"statistic: expected one of {linalg.LOO_STATISTICS}, got {statistic!r}")
     C = chunk_size or chunk_size_for(Z.shape[0], factor.Luu.dtype)
     R = factor.weight_cov_factor()
     w, _ = _weights(d, y, mask, R.dtype)
 
     # Padded points have ω = 0 (their values, cut off or masked, are not finite).
     shared = (kernel, Z, R, factor.weight_mean())
-    loo, one_minus_h = _woodbury_loo_pass(mesh, C)(shared, X, y, w)[1]
+    loo, one_minus_h = _woodbury_loo_pass(mesh, C, statistic)(shared, X, y, w)[1]
     floor = LOO_LEVERAGE_FLOOR.get(jnp.dtype(R.dtype), LOO_LEVERAGE_FLOOR[jnp.dtype("float32")])
     # Below the floor or not a number; not where the factorisation itself failed (all NaN, as before).
     factorised = jnp.all(jnp.isfinite(factor.Luu)) & jnp.all(jnp.isfinite(factor.LB))
@@ -1045,7 +1076,7 @@ def sor_loo(
         args = lax.stop_gradient(
             (kernel, Z, linalg.solve_lower(factor.Luu, _identity_like(factor.Luu)), X, y, w)
         )
-        return jnp.where(flag, _leave_block_out_loo(*args, flag, C, mesh), loo)
+        return jnp.where(flag, _leave_block_out_loo(*args, flag, C, mesh, statistic), loo)
 
     any_flagged = _any_over_batch(flag)
     if isinstance(any_flagged, jax.core.Tracer):

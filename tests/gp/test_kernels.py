@@ -257,3 +257,329 @@ def test_non_positive_hyperparameters_raise(make, name):
 def test_composite_rejects_non_kernels():
     with pytest.raises(TypeError, match="k2"):
         K.Sum(K.SquaredExponential(), 1.0)
+
+
+# --------------------------------------------------------------------------------------------------
+# Kernel algebra: rational quadratic, linear, constant and white-noise kernels, scalar × kernel, active
+# dimensions. Each against its dense NumPy formula, written here with broadcasting.
+
+
+def _np_sqdist(X1, X2, lengthscale):
+    X1 = np.asarray(X1, dtype=np.float64).reshape(len(X1), -1)
+    X2 = np.asarray(X2, dtype=np.float64).reshape(len(X2), -1)
+    d = (X1[:, None, :] - X2[None, :, :]) / np.asarray(lengthscale, dtype=np.float64)
+    return np.sum(d * d, axis=-1)
+
+
+def _np_rq(X1, X2, lengthscale, variance, alpha):
+    """R&W (4.19): s² (1 + r²/(2α ℓ²))^(−α), the ℓ inside r²."""
+    return variance * (1.0 + _np_sqdist(X1, X2, lengthscale) / (2.0 * alpha)) ** (-alpha)
+
+
+def _np_se(X1, X2, lengthscale, variance):
+    return variance * np.exp(-0.5 * _np_sqdist(X1, X2, lengthscale))
+
+
+def _np_linear(X1, X2, variance, offset):
+    """R&W §4.2.2: Σ_d s_d² x_d x'_d + c."""
+    X1 = np.asarray(X1, dtype=np.float64).reshape(len(X1), -1)
+    X2 = np.asarray(X2, dtype=np.float64).reshape(len(X2), -1)
+    return np.einsum("id,jd,d->ij", X1, X2, np.broadcast_to(variance, X1.shape[1:])) + offset
+
+
+def _np_white(X1, X2, variance):
+    X1 = np.asarray(X1).reshape(len(X1), -1)
+    X2 = np.asarray(X2).reshape(len(X2), -1)
+    return variance * np.all(X1[:, None, :] == X2[None, :, :], axis=-1)
+
+
+def _cols(X, dims):
+    return np.asarray(X, dtype=np.float64).reshape(len(X), -1)[:, dims]
+
+
+# (id, kernel, NumPy formula of (X1, X2), input dimension)
+ALGEBRA_CASES = [
+    (
+        "rq-1d-scalar",
+        K.RationalQuadratic(0.7, 1.3, 0.8),
+        lambda A, B: _np_rq(A, B, 0.7, 1.3, 0.8),
+        1,
+    ),
+    (
+        "rq-3d-ard",
+        K.RationalQuadratic([0.5, 1.0, 2.0], 0.8, 2.5),
+        lambda A, B: _np_rq(A, B, [0.5, 1.0, 2.0], 0.8, 2.5),
+        3,
+    ),
+    ("linear-1d", K.Linear(1.5, 0.3), lambda A, B: _np_linear(A, B, 1.5, 0.3), 1),
+    (
+        "linear-2d-ard-no-offset",
+        K.Linear([0.5, 2.0]),
+        lambda A, B: _np_linear(A, B, [0.5, 2.0], 0.0),
+        2,
+    ),
+    ("constant-2d", K.Constant(0.7), lambda A, B: np.full((len(A), len(B)), 0.7), 2),
+    ("white-2d", K.WhiteNoise(0.4), lambda A, B: _np_white(A, B, 0.4), 2),
+    (
+        "scalar-times-kernel",
+        2.5 * K.SquaredExponential(0.6, 1.1),
+        lambda A, B: 2.5 * _np_se(A, B, 0.6, 1.1),
+        2,
+    ),
+    (
+        "kernel-times-scalar",
+        K.Matern52(0.9, 0.5) * np.float64(3.0) + K.Linear(0.2),
+        lambda A, B: (
+            3.0 * np.asarray(ref.gram({"kind": "matern52", "lengthscale": 0.9, "variance": 0.5}, A, B))
+            + _np_linear(A, B, 0.2, 0.0)
+        ),
+        2,
+    ),
+    (
+        "active-dims-se-plus-linear",
+        K.SquaredExponential(0.8, 1.2).on_dims([0]) + K.Linear(0.5, 0.1).on_dims(2),
+        lambda A, B: (
+            _np_se(_cols(A, [0]), _cols(B, [0]), 0.8, 1.2)
+            + _np_linear(_cols(A, [2]), _cols(B, [2]), 0.5, 0.1)
+        ),
+        3,
+    ),
+    (
+        "active-dims-rq-ard-times-periodic",
+        K.ActiveDims(K.RationalQuadratic([0.6, 1.5], 1.0, 1.7), [2, 0])
+        * K.Periodic(1.0, 0.9, 0.8).on_dims([1]),
+        lambda A, B: (
+            _np_rq(_cols(A, [2, 0]), _cols(B, [2, 0]), [0.6, 1.5], 1.0, 1.7)
+            * np.asarray(
+                ref.gram(
+                    {"kind": "periodic", "lengthscale": 1.0, "variance": 0.9, "period": 0.8},
+                    _cols(A, [1]),
+                    _cols(B, [1]),
+                )
+            )
+        ),
+        3,
+    ),
+    (
+        "se-plus-white-plus-constant",
+        K.SquaredExponential(0.5, 1.0) + K.WhiteNoise(0.1) + K.Constant(0.3),
+        lambda A, B: _np_se(A, B, 0.5, 1.0) + _np_white(A, B, 0.1) + 0.3,
+        1,
+    ),
+]
+ALGEBRA_IDS = [c[0] for c in ALGEBRA_CASES]
+ALGEBRA_CASES = [c[1:] for c in ALGEBRA_CASES]
+
+
+def _algebra_inputs(rng, dim):
+    """X1 (8, D) with one repeated row (a coincident pair, where WhiteNoise and the distances matter) and
+    X2 (6, D) sharing one row with X1; 1-D problems pass X1 as (N,)."""
+    X1 = rng.uniform(-1.0, 1.0, size=(8, dim))
+    X1[5] = X1[2]
+    X2 = rng.uniform(-1.0, 1.0, size=(6, dim))
+    X2[4] = X1[1]
+    return (X1[:, 0] if dim == 1 else X1), X2
+
+
+@pytest.mark.parametrize(("kernel", "formula", "dim"), ALGEBRA_CASES, ids=ALGEBRA_IDS)
+def test_algebra_gram_and_diag_match_numpy_formula(rng, kernel, formula, dim):
+    """k(X1, X2), k(X1), k.diag(X1) against the formula; k(X1) symmetric and positive semi-definite."""
+    X1, X2 = _algebra_inputs(rng, dim)
+    assert_close(kernel(X1, X2), formula(X1, X2))
+    G = np.asarray(kernel(X1))
+    assert_close(G, formula(X1, X1))
+    assert_close(kernel(X1, X1), G)
+    assert_close(G, G.T)
+    assert np.linalg.eigvalsh(G).min() >= -1e-12 * np.abs(G).max()
+    diag = kernel.diag(X1)
+    assert diag.shape == (8,)
+    assert_close(diag, np.diag(G))
+
+
+@pytest.mark.parametrize(("kernel", "formula", "dim"), ALGEBRA_CASES, ids=ALGEBRA_IDS)
+def test_algebra_under_jit_and_grad(rng, kernel, formula, dim):
+    """jit gives the same matrix; grad of Σ k(X, X) w.r.t. every leaf is finite (coincident rows
+    included) and, for each leaf, equal to a central finite difference of the library's own kernel."""
+    X1, X2 = _algebra_inputs(rng, dim)
+    assert_close(jax.jit(lambda k, a, b: k(a, b))(kernel, X1, X2), formula(X1, X2))
+    assert_close(jax.jit(lambda k, a: k.diag(a))(kernel, X1), np.diag(formula(X1, X1)))
+    leaves, treedef = jax.tree_util.tree_flatten(kernel)
+
+    def total(leaves):
+        return jnp.sum(jax.tree_util.tree_unflatten(treedef, leaves)(X1, X1))
+
+    grads = jax.jit(jax.grad(total))([jnp.asarray(leaf) for leaf in leaves])
+    for i, (leaf, g) in enumerate(zip(leaves, grads, strict=True)):
+        assert np.all(np.isfinite(g)), (i, g)
+        leaf = np.asarray(leaf, dtype=np.float64)
+
+        def along(x, i=i, leaf=leaf):
+            new = [np.asarray(v, dtype=np.float64) for v in leaves]
+            new[i] = x.reshape(leaf.shape)
+            return float(total(new))
+
+        np.testing.assert_allclose(g, _fd_grad(along, leaf.ravel()).reshape(leaf.shape), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize(("kernel", "formula", "dim"), ALGEBRA_CASES, ids=ALGEBRA_IDS)
+def test_algebra_float32_inputs_stay_float32(rng, kernel, formula, dim):
+    X = rng.uniform(-1.0, 1.0, size=(8, dim)).astype(np.float32)
+    kernel32 = jax.tree_util.tree_map(lambda leaf: jnp.asarray(leaf, dtype=jnp.float32), kernel)
+    assert kernel32(X).dtype == jnp.float32
+    assert kernel32.diag(X).dtype == jnp.float32
+    assert_close(kernel32(X), formula(X, X), dtype=np.float32)
+
+
+def test_rational_quadratic_tends_to_squared_exponential(rng):
+    """α → ∞ gives the squared exponential (R&W §4.2.1): the relative gap is ~r⁴/(8α), below 1e-7 at
+    α = 1e10 for these r² ≲ 30."""
+    X = rng.uniform(-1.0, 1.0, size=(8, 2))
+    assert_close(
+        K.RationalQuadratic([0.5, 0.9], 1.3, 1e10)(X), K.SquaredExponential([0.5, 0.9], 1.3)(X), rtol=1e-7
+    )
+
+
+SCALES = [
+    ("python-float", 2.5),
+    ("python-int", 3),
+    ("numpy-scalar", np.float64(0.4)),
+    ("jax-0d", jnp.asarray(1.7)),
+]
+
+
+@pytest.mark.parametrize("scale", [s[1] for s in SCALES], ids=[s[0] for s in SCALES])
+def test_scalar_times_kernel_both_orders(rng, scale):
+    X = rng.uniform(-1.0, 1.0, size=(8, 2))
+    base = K.Matern32([0.7, 1.2], 0.9)
+    for scaled in (scale * base, base * scale):
+        assert type(scaled) is K.Scaled
+        assert_close(scaled(X), float(scale) * np.asarray(base(X)))
+        assert_close(scaled.diag(X), float(scale) * np.asarray(base.diag(X)))
+        assert len(jax.tree_util.tree_leaves(scaled)) == 3
+
+
+def test_traced_scalar_scales_a_kernel_under_jit_vmap_and_grad(rng):
+    """The scale may be a traced value (e.g. a NumPyro sample inside NUTS): c * k works under jit, vmap
+    and grad, and d/dc Σ (c k)(X) = Σ k(X)."""
+    X = rng.uniform(-1.0, 1.0, size=(8, 2))
+    base = K.SquaredExponential(0.6, 1.2)
+    G = np.asarray(base(X))
+    assert_close(jax.jit(lambda c: (c * base)(X))(2.0), 2.0 * G)
+    assert_close(jax.jit(lambda c: (base * c).diag(X))(2.0), 2.0 * np.diag(G))
+    grams = jax.vmap(lambda c: (c * base)(X))(jnp.array([0.5, 3.0]))
+    assert_close(grams, np.stack([0.5 * G, 3.0 * G]))
+    assert_close(jax.grad(lambda c: jnp.sum((base * c)(X)))(1.5), G.sum())
+    # grad w.r.t. the kernel pytree reaches the scale leaf and the wrapped kernel's leaves
+    kgrad = jax.grad(lambda k: jnp.sum(k(X)))(2.0 * base)
+    assert type(kgrad) is K.Scaled and type(kgrad.kernel) is K.SquaredExponential
+    assert_close(kgrad.scale, G.sum())
+
+
+def test_active_dims_equal_slicing(rng):
+    """k.on_dims(d)(X1, X2) = k(X1[:, d], X2[:, d]) for any kernel, composites included; negative indices
+    count from the end; (N,) inputs are one column."""
+    X1 = rng.uniform(-1.0, 1.0, size=(8, 3))
+    X2 = rng.uniform(-1.0, 1.0, size=(6, 3))
+    for k in (
+        K.SquaredExponential([0.5, 2.0], 1.1),
+        K.Linear([0.3, 0.7], 0.2),
+        K.RationalQuadratic(0.8, 1.0, 0.5) * K.Constant(2.0) + K.WhiteNoise(0.3),
+    ):
+        for dims in ([0, 2], [2, 1], [-1, 0]):
+            active = k.on_dims(dims)
+            assert_close(active(X1, X2), k(X1[:, dims], X2[:, dims]))
+            assert_close(active(X1), k(X1[:, dims]))
+            assert_close(active.diag(X1), k.diag(X1[:, dims]))
+    x = rng.uniform(-1.0, 1.0, size=8)
+    assert_close(K.Matern52(0.4).on_dims(0)(x), K.Matern52(0.4)(x))
+
+
+def test_active_dims_are_static_pytree_data(rng):
+    k = K.SquaredExponential(0.5, 1.0).on_dims([1]) + 2.0 * K.Linear(0.4).on_dims([0])
+    leaves, treedef = jax.tree_util.tree_flatten(k)
+    assert len(leaves) == 5  # SE ℓ, s²; the scale; Linear s², c: no dims among the leaves
+    rebuilt = jax.tree_util.tree_unflatten(treedef, leaves)
+    assert rebuilt.k1.dims == (1,) and rebuilt.k2.kernel.dims == (0,)
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(k)[0]]
+    assert paths == [
+        ".k1.kernel.lengthscale",
+        ".k1.kernel.variance",
+        ".k2.scale",
+        ".k2.kernel.kernel.variance",
+        ".k2.kernel.kernel.offset",
+    ]
+    # other columns are another tree structure (jit retraces); replace keeps the columns
+    assert treedef != jax.tree_util.tree_structure(k.replace(k1=K.SquaredExponential(0.5).on_dims([0])))
+    assert k.k1.replace(dims=[0]).dims == (0,)
+    X = rng.uniform(-1.0, 1.0, size=(5, 2))
+    assert_close(jax.jit(lambda kk: kk(X))(k), np.asarray(k(X)))
+
+
+def test_white_noise_is_a_function_of_the_input_values(rng):
+    """k(X) = s² I for distinct rows; cross-covariances vanish except at coincident points; the same
+    inside and outside jit, whether or not the two arguments are one array."""
+    X = rng.uniform(-1.0, 1.0, size=(5, 2))
+    w = K.WhiteNoise(0.3)
+    assert_close(w(X), 0.3 * np.eye(5))
+    assert_close(w(X, X.copy()), 0.3 * np.eye(5))
+    assert_close(jax.jit(lambda a, b: w(a, b))(X, X.copy()), 0.3 * np.eye(5))
+    assert_close(w(X, X + 1e-3), np.zeros((5, 5)))
+    assert_close(w.diag(X), np.full(5, 0.3))
+
+
+BAD_ALGEBRA = [
+    ("rq-alpha-zero", lambda: K.RationalQuadratic(alpha=0.0), ValueError, "alpha"),
+    ("rq-alpha-negative", lambda: K.RationalQuadratic(alpha=-1.0), ValueError, "alpha"),
+    ("linear-variance-zero", lambda: K.Linear(variance=0.0), ValueError, "variance"),
+    ("linear-offset-negative", lambda: K.Linear(offset=-0.1), ValueError, "offset"),
+    ("linear-offset-nan", lambda: K.Linear(offset=np.nan), ValueError, "offset"),
+    ("constant-negative", lambda: K.Constant(-1.0), ValueError, "variance"),
+    ("white-zero", lambda: K.WhiteNoise(0.0), ValueError, "variance"),
+    ("scale-negative", lambda: -2.0 * K.SquaredExponential(), ValueError, "scale"),
+    ("scale-zero", lambda: K.SquaredExponential() * 0.0, ValueError, "scale"),
+    ("scale-vector", lambda: np.ones(2) * K.SquaredExponential(), TypeError, "scalar"),
+    ("scale-vector-right", lambda: K.SquaredExponential() * jnp.ones(2), TypeError, "scalar"),
+    ("scale-bool", lambda: True * K.SquaredExponential(), TypeError, "unsupported"),
+    ("scale-object", lambda: K.SquaredExponential() * object(), TypeError, "unsupported"),
+    ("dims-empty", lambda: K.SquaredExponential().on_dims([]), ValueError, "dims"),
+    ("dims-repeated", lambda: K.SquaredExponential().on_dims([0, 0]), ValueError, "distinct"),
+    ("dims-float", lambda: K.SquaredExponential().on_dims([0.5]), ValueError, "dims"),
+    ("active-dims-not-a-kernel", lambda: K.ActiveDims(1.0, [0]), TypeError, "kernel"),
+    (
+        "dims-out-of-range",
+        lambda: K.SquaredExponential().on_dims([2])(np.zeros((3, 2))),
+        ValueError,
+        "out of range",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "match"), [c[1:] for c in BAD_ALGEBRA], ids=[c[0] for c in BAD_ALGEBRA]
+)
+def test_algebra_rejects_bad_arguments(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_new_kernels_work_in_a_sparse_gp(rng):
+    """A composite with active dims, a Linear part, a scale and white noise is a kernel like any other:
+    SparseGP's log density under jit equals the dense N(0, Q_ff + σ²I) of its own Gram matrices."""
+    from bayes_rbfn.models.distributions import SparseGP
+
+    X = rng.uniform(-1.0, 1.0, size=(12, 2))
+    Z = X[::3] + 0.05
+    y = rng.normal(size=12)
+    noise = 0.3
+    kernel = (
+        1.5 * K.RationalQuadratic(0.7, 1.0, 2.0).on_dims([0])
+        + K.Linear(0.5, 0.2).on_dims([1])
+        + K.WhiteNoise(0.01)
+    )
+    Kfu = np.asarray(kernel(X, Z))
+    Kuu = np.asarray(kernel(Z))
+    Q = Kfu @ np.linalg.solve(Kuu, Kfu.T) + noise**2 * np.eye(12)
+    _, logdet = np.linalg.slogdet(Q)
+    expected = -0.5 * (y @ np.linalg.solve(Q, y) + logdet + 12 * np.log(2 * np.pi))
+    logp = jax.jit(lambda k: SparseGP(k, X, Z, noise, jitter=1e-12).log_prob(y))(kernel)
+    assert_close(logp, expected, rtol=1e-6)

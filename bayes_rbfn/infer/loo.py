@@ -1,0 +1,141 @@
+"""LOO-PIT from the exact leave-one-out conditionals of a GP marginal.
+
+The probability integral transform of each observation under its leave-one-out predictive,
+
+    PIT_i = P(y_i' ≤ y_i | y_−i) = Σ_s w_is F(y_i | y_−i, θ_s),
+
+is uniform on [0, 1] when the model is calibrated ([1] §6.3, [2]): a U shape says the predictive is
+too narrow, a hump that it is too wide, a slope that it is biased. Here F(y_i | y_−i, θ) is the CDF of the
+model's own LOO conditional at one posterior draw, Φ((y_i − μ_−i)/σ_−i) for a GP marginal (the same
+O(NM²) passes that give the stored log-likelihood: :func:`bayes_rbfn.gp.parallel.sor_loo`,
+:func:`bayes_rbfn.gp.conditional.exact_loo`), or the likelihood's CDF for a factorised continuous
+likelihood; the w_is are the Pareto-smoothed importance weights ∝ 1 / p(y_i | y_−i, θ_s) of PSIS-LOO [3]
+(``arviz.psislw``) that turn draws of θ | y into draws of θ | y_−i.
+
+``arviz.loo_pit`` instead weights the ``posterior_predictive`` replicates: right for a factorised model,
+whose replicate of y_i given θ does not depend on y_i, but not for a GP marginal, whose replicates
+y_rep ~ p(y_rep | y, θ) have seen y_i through f (its values are pulled towards 1/2 and hide misfit).
+For a model of this package use :func:`loo_pit`; to draw the result, ``arviz.plot_ecdf(pit,
+cdf=scipy.stats.uniform.cdf, confidence_bands=True)``.
+
+References
+----------
+[1] Gelman, A., Carlin, J. B., Stern, H. S., Dunson, D. B., Vehtari, A. & Rubin, D. B. (2013). *Bayesian
+    Data Analysis*, 3rd ed., §6.3.
+[2] Gabry, J., Simpson, D., Vehtari, A., Betancourt, M. & Gelman, A. (2019). Visualization in Bayesian
+    workflow. JRSS A 182, 389–402.
+[3] Vehtari, A., Gelman, A. & Gabry, J. (2017). Practical Bayesian model evaluation using leave-one-out
+    cross-validation and WAIC. Statistics and Computing 27, 1413–1432.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+__all__ = ["loo_pit", "pit_weights"]
+
+
+def pit_weights(idata: Any, log_likelihood: np.ndarray) -> np.ndarray:
+    """Normalised PSIS-LOO weights w_is, shape (S, N), from log p(y_i | y_−i, θ_s) of shape (chain, draw, N).
+
+    The relative efficiency is ArviZ's for ``az.loo`` (mean ESS of the posterior over the number of draws).
+    """
+    import arviz as az
+
+    chains, draws = log_likelihood.shape[:2]
+    flat = log_likelihood.reshape(chains * draws, -1)
+    reff = 1.0
+    if chains > 1:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ess = az.ess(idata.posterior, method="mean")
+        reff = float(np.mean(np.hstack([np.ravel(ess[v].values) for v in ess.data_vars]))) / flat.shape[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a large Pareto k is az.loo's to report
+        log_weights, _ = az.psislw(-flat.T, reff=reff)
+    return np.exp(np.asarray(log_weights)).T
+
+
+def _stored_log_likelihood(idata: Any, site: str) -> np.ndarray | None:
+    if "log_likelihood" in idata.groups() and site in idata.log_likelihood:
+        values = np.asarray(idata.log_likelihood[site].values)
+        return values.reshape(*values.shape[:2], -1)
+    return None
+
+
+def _fit_pit_values(idata: Any) -> np.ndarray:
+    """The CDFs F(y_i | y_−i, θ_s) of a :func:`bayes_rbfn.fit` result, (chain, draw, N), in the order of
+    the observations."""
+    from bayes_rbfn.infer.fitting import pointwise_loo
+    from bayes_rbfn.infer.predictive import draw_work
+    from bayes_rbfn.infer.schema import rebuild
+
+    spec, config, data, params = rebuild(idata)
+    pit = pointwise_loo(spec, dataclasses.replace(config, loo_statistic="pit"), params, draw_work(data), data)
+    if "obs_group" in idata.constant_data:  # the padded group layout back to the order of the observations
+        from bayes_rbfn.models.grouped import padded_index
+
+        index = padded_index(np.asarray(idata.constant_data["obs_group"].values))
+        pit = pit.reshape(*pit.shape[:2], -1)[..., index]
+    return pit
+
+
+def loo_pit(
+    idata: Any,
+    model: Callable | None = None,
+    *args: Any,
+    site: str = "y",
+    batch_size: int = 64,
+    **kwargs: Any,
+) -> np.ndarray:
+    """LOO-PIT values PIT_i = Σ_s w_is F(y_i | y_−i, θ_s), exact per draw and PSIS-weighted; shape (N,).
+
+    Uniform on [0, 1] for a calibrated model (see the module docstring)::
+
+        pit = bayes_rbfn.loo_pit(idata)                          # the result of bayes_rbfn.fit
+        pit = bayes_rbfn.loo_pit(idata, model, X, Z, y=y)        # a model of one's own (az.from_numpyro)
+        scipy.stats.kstest(pit, "uniform")
+
+    Args:
+        idata: the InferenceData of :func:`bayes_rbfn.fit` (in memory or read from its inference.nc), or
+            of ``az.from_numpyro`` for a model of one's own.
+        model: for a model of one's own: the NumPyro model, with ``*args, **kwargs`` as given to
+            ``MCMC.run`` (with the data). Its observed ``site`` is a :class:`~bayes_rbfn.SparseGP` or
+            :class:`~bayes_rbfn.ExactGP` (or a factorised continuous likelihood). Its PSIS weights come
+            from ``idata.log_likelihood[site]`` when that holds the LOO conditionals
+            (:func:`bayes_rbfn.loo_log_likelihood`), else they are computed.
+        site: the observed site. batch_size: posterior draws evaluated at a time (a model of one's own).
+
+    Returns:
+        (N,) PIT values in [0, 1], in the order of the observations.
+    """
+    if not hasattr(idata, "posterior"):
+        raise ValueError(
+            f"idata: expected an InferenceData with a posterior group, got {type(idata).__name__}"
+        )
+    if model is None:
+        if "bayes_rbfn_model" not in idata.posterior.attrs:
+            raise ValueError(
+                "model: this InferenceData was not written by bayes_rbfn.fit; pass the NumPyro model and its "
+                "arguments: loo_pit(idata, model, *args, **kwargs)"
+            )
+        pit = _fit_pit_values(idata)
+        log_lik = _stored_log_likelihood(idata, "y")
+        if log_lik is None:
+            raise ValueError("idata: no log_likelihood group (fit with log_likelihood=True)")
+    else:
+        from bayes_rbfn.models.distributions import replayed_loo
+
+        replay = {"site": site, "batch_size": batch_size}
+        pit = replayed_loo(idata, model, args, kwargs, statistic="pit", **replay)
+        log_lik = _stored_log_likelihood(idata, site)
+        if log_lik is None or log_lik.shape != pit.shape:
+            log_lik = replayed_loo(idata, model, args, kwargs, **replay)
+    weights = pit_weights(idata, log_lik)
+    values = np.sum(weights * pit.reshape(weights.shape), axis=0)
+    return np.clip(values, 0.0, 1.0)
