@@ -40,7 +40,7 @@ from bayes_rbfn.io.datasets import Dataset
 from bayes_rbfn.workflows import planning
 from bayes_rbfn.workflows.planning import DEFAULT_KERNEL
 
-__all__ = ["ComparePlan", "plan_compare"]
+__all__ = ["ComparePlan", "convergence_lines", "plan_compare"]
 
 
 #: ``bayes-rbfn compare`` defaults: Snelson's benchmark, where SoR's collapsing variance is easy to see.
@@ -329,14 +329,7 @@ def _compare_report(
         "where the model's predictive variance has lost most of the prior variance (SoR and the RBFN far "
         "from Z).",
     ]
-    bad = [n for n in table.index if table.loc[n, "r_hat"] > 1.01 or table.loc[n, "divergences"] > 0]
-    if bad:
-        lines.append(
-            f"Convergence: check {', '.join(bad)} (r_hat > 1.01 or divergences); raise --draws/--warmup or "
-            "--target-accept and run again before trusting the ranking."
-        )
-    else:
-        lines.append("Convergence: every fit has r_hat ≤ 1.01 and no divergences.")
+    lines += convergence_lines(table)
     lines += [f"Warning: {message}" for message in collapse]
     lines += ["", f"Results in {plan.out}{os.sep}:"]
     lines += [
@@ -346,3 +339,42 @@ def _compare_report(
     lines += [f"  inference_{n}.nc  InferenceData of the {n} fit" for n in plan.models]
     lines.append("  report.txt       this report")
     return "\n".join(lines)
+
+
+def convergence_lines(table: Any) -> list[str]:
+    """The report's lines on convergence, from a comparison table's ``r_hat`` and ``divergences`` columns.
+
+    Names the fits with r_hat above :data:`~bayes_rbfn.infer.diagnostics.RHAT_MAX` or any divergence, and
+    those whose r_hat is NaN (unknown: one chain gives none) as unchecked; says "every fit has r_hat ≤ …"
+    only when every r_hat is known and below the bound.
+
+    Args:
+        table: the :class:`~bayes_rbfn.workflows.compare.Comparison` table (index: model names).
+
+    Returns:
+        One or two lines, each starting with "Convergence:".
+    """
+    from bayes_rbfn.infer.diagnostics import RHAT_MAX
+
+    rhat = {n: float(table.loc[n, "r_hat"]) for n in table.index}
+    diverged = {n: table.loc[n, "divergences"] > 0 for n in table.index}
+    bad = [n for n in table.index if rhat[n] > RHAT_MAX or diverged[n]]
+    unknown = [n for n in table.index if np.isnan(rhat[n])]
+    lines = []
+    if bad:
+        lines.append(
+            f"Convergence: check {', '.join(bad)} (r_hat > {RHAT_MAX} or divergences); raise "
+            "--draws/--warmup or --target-accept and run again before trusting the ranking."
+        )
+    if unknown:
+        lines.append(
+            f"Convergence: r_hat unknown for {', '.join(unknown)} (it needs two or more chains): whether "
+            "the chains agree is not checked; run --chains 2 or more to check it."
+        )
+    known = [n for n in table.index if n not in unknown]
+    if not bad and not unknown:
+        lines.append(f"Convergence: every fit has r_hat ≤ {RHAT_MAX} and no divergences.")
+    elif not bad:
+        checked = f"; r_hat ≤ {RHAT_MAX} for {', '.join(known)}" if known else ""
+        lines.append(f"Convergence: no divergences{checked}.")
+    return lines

@@ -7,7 +7,13 @@ O(NM²) pass of the SoR family (:mod:`~bayes_rbfn.gp.parallel`), the exact and S
 (:mod:`~bayes_rbfn.gp.sparse`), Bayesian linear regression and bases (:mod:`~bayes_rbfn.gp.blr`,
 :mod:`~bayes_rbfn.gp.basis`), kernel interpolation (:mod:`~bayes_rbfn.gp.interpolation`) and the choice of
 inducing inputs (:mod:`~bayes_rbfn.gp.inducing`). Imports nothing else of the package.
+
+Each module is imported on first access (PEP 562), so ``bayes_rbfn.gp.inducing`` works after a plain
+``import bayes_rbfn.gp`` without loading JAX for the modules that are not used.
 """
+
+import importlib
+from typing import Any
 
 __all__ = [
     "basis",
@@ -21,3 +27,15 @@ __all__ = [
     "sparse",
     "validation",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(f"{__name__}.{name}")
+    globals()[name] = module
+    return module
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -70,6 +70,11 @@ class ConvergenceReport:
             f"tail ESS ≥ {self.min_ess_tail:.0f}, "
             f"{self.divergences} divergent transition(s) in {self.chains} chain(s) × {self.num_draws} draws."
         )
+        if self.ok and self.chains == 1:
+            return head + (
+                " Verdict: the chain mixed well within itself. Whether it found the whole posterior is not "
+                "checked: that needs two or more chains to compare (r_hat); run more chains to check it."
+            )
         if self.ok:
             return head + " Verdict: the chains agree and mixed well; the summaries can be trusted."
         return head + " Verdict: do not trust these results yet. " + " ".join(self.problems)

@@ -240,9 +240,9 @@ class Comparison:
         idatas: model name → InferenceData of its fit (in the order the models were given).
         table: :func:`arviz.compare` output (index: model name, ranked by ``elpd_<ic>``) plus the columns
             ``elpd_test``, ``elpd_test_se``, ``elpd_test_mcse`` (NaN without a test split), ``r_hat``
-            (worst over the hyperparameters), ``divergences`` and ``collapsed_points`` (share of the
-            prediction inputs where the model's predictive variance has collapsed; 0 for models whose
-            predictive cannot collapse).
+            (worst over the hyperparameters; NaN for a one-chain fit, which has none), ``divergences``
+            and ``collapsed_points`` (share of the prediction inputs where the model's predictive
+            variance has collapsed; 0 for models whose predictive cannot collapse).
         elpd_test: model name → :class:`ElpdTest` (empty without a test split).
         variance_lost: model name → (S,) posterior-mean 1 − Q_**/K_** at the prediction inputs, for the
             models in :data:`VARIANCE_COLLAPSE_MODELS`.

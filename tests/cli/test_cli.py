@@ -429,6 +429,9 @@ def test_help_explains_every_option(capsys):
 
     for name in [*available_models(), *FAMILIES]:
         assert re.search(rf"^\s+{re.escape(name)}\s", stdout, re.M), f"{name} not listed in fit --help"
+    for family in FAMILIES.values():  # the family's own description (tests/models/test_kernel_families.py)
+        assert family.description in stdout, family.name
+    assert "Matérn52" in stdout  # the co2 family's drift term
     status, stdout, _ = run_cli(["datasets", "--help"], capsys)
     assert status == 0
 

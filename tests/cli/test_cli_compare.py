@@ -17,6 +17,7 @@ from scipy.special import logsumexp
 from scipy.stats import norm
 
 from bayes_rbfn import cli
+from bayes_rbfn.cli.compare import convergence_lines
 from bayes_rbfn.io.datasets import load_dataset
 from bayes_rbfn.io.output import MARKER
 
@@ -115,3 +116,20 @@ def test_compare_bad_input(argv, message, tmp_path, capsys):
     assert message in err and "Traceback" not in err
     assert out == ""
     assert list(tmp_path.iterdir()) == []
+
+
+def test_compare_reports_a_nan_r_hat_as_unknown():
+    """A one-chain fit has no r_hat (NaN in the table): the report says it is unknown, never that every
+    fit has r_hat ≤ 1.01; known values and divergences are still reported."""
+    nan = float("nan")
+    one_chain = pd.DataFrame({"r_hat": [1.002, nan], "divergences": [0, 0]}, index=["exact", "sor"])
+    text = "\n".join(convergence_lines(one_chain))
+    assert "every fit has r_hat" not in text
+    assert "r_hat unknown for sor" in text and "r_hat ≤ 1.01 for exact" in text
+    all_one_chain = pd.DataFrame({"r_hat": [nan, nan], "divergences": [0, 3]}, index=["exact", "sor"])
+    text = "\n".join(convergence_lines(all_one_chain))
+    assert "every fit" not in text and "r_hat unknown for exact, sor" in text and "check sor" in text
+    good = pd.DataFrame({"r_hat": [1.002, 1.004], "divergences": [0, 0]}, index=["exact", "sor"])
+    assert convergence_lines(good) == ["Convergence: every fit has r_hat ≤ 1.01 and no divergences."]
+    bad = pd.DataFrame({"r_hat": [1.002, 1.2], "divergences": [0, 0]}, index=["exact", "sor"])
+    assert convergence_lines(bad)[0].startswith("Convergence: check sor (r_hat > 1.01")

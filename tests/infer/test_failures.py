@@ -103,3 +103,15 @@ def test_one_chain_report_says_r_hat_needs_two_chains_and_problems_are_sentences
     assert "nan" not in verdict.lower().replace("nan-", "")
     assert "r_hat not computed (it needs two or more chains; this run has one)" in verdict
     assert "Verdict: do not trust these results yet. The effective sample size" in verdict
+
+
+def test_one_chain_report_that_passes_makes_no_between_chain_claim():
+    """A one-chain run with good ESS and no divergence says it mixed within itself, and that r_hat (an
+    agreement of chains) is not known: no claim that chains agree."""
+    one = ConvergenceReport(float("nan"), 900.0, 800.0, 0, 1000, 1, ())
+    verdict = one.verdict()
+    assert "agree" not in verdict and "the chains" not in verdict
+    assert "r_hat not computed (it needs two or more chains; this run has one)" in verdict
+    assert "mixed well within itself" in verdict
+    two = ConvergenceReport(1.002, 1800.0, 1600.0, 0, 1000, 2, ())
+    assert "the chains agree and mixed well" in two.verdict()

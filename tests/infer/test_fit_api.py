@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import warnings
+
 import numpy as np
 import numpyro.distributions as dist
 import pytest
@@ -93,6 +98,8 @@ Y = np.sin(6 * X)
         (dict(likelihood="poisson"), r"likelihood: the 'sor' model takes only the 'gaussian' likelihood"),
         (dict(model="exact", likelihood="student_t"), r"likelihood: the 'exact' model takes only"),
         (dict(posterior_predictive=-1), r"posterior_predictive: must be a whole number ≥ 0"),
+        (dict(prior_draws=-1), r"prior_draws: must be a whole number ≥ 0"),
+        (dict(prior_draws=2.5), r"prior_draws: must be a whole number ≥ 0"),
         (dict(coords={"input_dim": ["a", "b"]}), r"coords: 'input_dim' has 1 entries, got 2 names"),
         (dict(group=np.zeros(20, dtype=int)), r"group: the 'sor' model is not grouped"),
         (dict(X_pred=np.ones((3, 2))), r"X_pred: has 2 input dimension\(s\) but X has 1"),
@@ -133,6 +140,67 @@ def test_fit_rejects_bad_arguments(kwargs, match):
 def test_fit_rejects_bad_data(X_bad, y_bad, match):
     with pytest.raises(ValueError, match=match):
         br.fit("sor", X_bad, y_bad, progress=False)
+
+
+FIT_WITHOUT_X64 = """
+import warnings
+
+import jax
+import numpy as np
+
+import bayes_rbfn as br
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for _ in range(2):
+        try:  # stops at the argument check, after the precision check, so nothing compiles
+            br.fit("sor", np.linspace(0.0, 1.0, 20), np.sin(np.arange(20.0)), wiggliness=3)
+        except ValueError as err:
+            assert "wiggliness" in str(err), err
+found = [w for w in caught if issubclass(w.category, br.Float32Warning)]
+assert len(found) == 1, [str(w.message) for w in caught]
+assert issubclass(br.Float32Warning, UserWarning)
+assert "call numpyro.enable_x64() before fitting" in str(found[0].message), found[0].message
+assert found[0].filename == "<string>", found[0].filename  # points at the caller's line
+assert not jax.config.jax_enable_x64, "the library turned float64 on"
+"""
+
+
+def test_fit_warns_once_when_jax_runs_in_float32():
+    """Without ``numpyro.enable_x64()`` a fit runs in float32: it says so once per process, and leaves JAX's
+    global flag as it found it. A fresh interpreter, since this one runs with float64 on (conftest.py)."""
+    env = {k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"}
+    done = subprocess.run(
+        [sys.executable, "-c", FIT_WITHOUT_X64], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_fit_does_not_warn_about_float32_under_x64():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(ValueError, match="wiggliness"):
+            br.fit("sor", X, Y, wiggliness=3)
+    assert not [w for w in caught if issubclass(w.category, br.Float32Warning)]
+
+
+def test_fit_stores_prior_draws_on_request():
+    """``prior_draws=n`` adds the groups ``prior`` (the parameters, drawn from their priors: log ℓ within
+    4 standard errors of its prior's mean and sd) and ``prior_predictive`` (y simulated, one per draw);
+    without it neither group is written."""
+    n, sd = 400, 0.5
+    settings = dict(Z=X[::4], chains=1, draws=20, warmup=20, progress=False, check_diagnostics=False)
+    idata = br.fit("sor", X, Y, priors={"lengthscale": dist.LogNormal(0.0, sd)}, prior_draws=n, **settings)
+    assert {"prior", "prior_predictive", "posterior", "posterior_predictive"} <= set(idata.groups())
+    assert {"lengthscale", "variance", "noise"} <= set(idata.prior.data_vars)
+    assert idata.prior["lengthscale"].dims == ("chain", "draw")
+    y_sim = idata.prior_predictive["y"]
+    assert y_sim.dims == ("chain", "draw", "obs") and y_sim.shape == (1, n, len(Y))
+    assert np.all(np.isfinite(y_sim.values)) and np.unique(y_sim.values[0, :, 0]).size == n
+    log_ell = np.log(idata.prior["lengthscale"].values.ravel())
+    assert abs(log_ell.mean()) < 4 * sd / np.sqrt(n)
+    assert abs(log_ell.std() - sd) < 4 * sd / np.sqrt(2 * n)
+    assert not {"prior", "prior_predictive"} & set(br.fit("sor", X, Y, **settings).groups())
 
 
 def test_grouped_fit_needs_groups():

@@ -3,7 +3,8 @@
 
 The kernels themselves are checked against their NumPy formulas in tests/gp/test_kernels.py; here the
 families are: their names, their priors (which follow the units of X and y), their validation, and that
-``bayes_rbfn.fit(..., kernel=<family>)`` samples every hyperparameter a family names.
+``bayes_rbfn.fit(..., kernel=<family>)`` samples every hyperparameter a family names; and that each composite
+family's one-line description (what ``bayes-rbfn fit --help`` lists) names the kernel it builds, term by term.
 """
 
 from __future__ import annotations
@@ -168,3 +169,49 @@ def test_fit_samples_every_hyperparameter_of_a_composite_family():
     assert post.attrs["bayes_rbfn_kernel"] == "se-plus-rq"
     assert np.all(np.isfinite(idata.predictions["f_mean"].values))
     assert np.all(np.isfinite(idata.predictions["f_var"].values))
+
+
+# --------------------------------------------------------------------------------------------------
+# The one-line descriptions `bayes-rbfn fit --help` lists name the kernel each family builds, term by term
+
+#: How a description names each kernel class (any other by its class name).
+SYMBOLS = {
+    K.SquaredExponential: "SE",
+    K.Matern52: "Matérn52",
+    K.Matern32: "Matérn32",
+    K.Exponential: "Exponential",
+    K.Periodic: "Periodic",
+}
+
+
+def formula(kernel: K.Kernel) -> str:
+    """The kernel's structure as descriptions write it: ``SE + Matérn52 + Periodic·SE``."""
+    if isinstance(kernel, K.Sum):
+        return f"{formula(kernel.k1)} + {formula(kernel.k2)}"
+    if isinstance(kernel, K.Product):
+        factors = [formula(k) for k in (kernel.k1, kernel.k2)]
+        return "·".join(f"({f})" if " + " in f else f for f in factors)
+    return SYMBOLS.get(type(kernel), type(kernel).__name__)
+
+
+COMPOSITE = [
+    name for name, fam in FAMILIES.items() if isinstance(fam.build(dict.fromkeys(fam.params, 1.0)), K.Sum)
+]
+
+
+def test_there_is_a_composite_family():
+    assert "co2" in COMPOSITE
+
+
+@pytest.mark.parametrize("name", COMPOSITE)
+def test_composite_family_description_names_every_term_it_builds(name):
+    family = FAMILIES[name]
+    kernel = family.build(dict.fromkeys(family.params, 1.0))
+    assert f"({formula(kernel)})" in family.description, (formula(kernel), family.description)
+
+
+def test_co2_description_has_the_drift_term():
+    assert formula(FAMILIES["co2"].build(dict.fromkeys(FAMILIES["co2"].params, 1.0))) == (
+        "SE + Matérn52 + SE + Periodic·SE"
+    )
+    assert "drift" in FAMILIES["co2"].description
