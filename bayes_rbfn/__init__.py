@@ -17,17 +17,21 @@ __version__ = "0.1.0"
 __all__ = [
     "ConvergenceWarning",
     "ExactGP",
+    "Float32Warning",
     "SamplerSettings",
     "SparseGP",
     "__version__",
     "build_model",
     "conditional",
     "fit",
+    "kernel_family",
     "kernels",
     "linalg",
     "loo_log_likelihood",
+    "loo_pit",
     "posterior_replicates",
     "predict",
+    "predict_model",
     "predict_rbfn",
     "prior_predictive",
     "rbfn",
@@ -36,11 +40,13 @@ __all__ = [
 if TYPE_CHECKING:
     from bayes_rbfn.gp import conditional, kernels, linalg
     from bayes_rbfn.infer.diagnostics import ConvergenceWarning
-    from bayes_rbfn.infer.fitting import build_model, fit, prior_predictive
-    from bayes_rbfn.infer.predictive import predict
+    from bayes_rbfn.infer.fitting import Float32Warning, build_model, fit, prior_predictive
+    from bayes_rbfn.infer.loo import loo_pit
+    from bayes_rbfn.infer.predictive import predict, predict_model
     from bayes_rbfn.infer.replicates import posterior_replicates
     from bayes_rbfn.infer.sampler import SamplerSettings
     from bayes_rbfn.models.distributions import ExactGP, SparseGP, loo_log_likelihood
+    from bayes_rbfn.models.families import kernel_family
     from bayes_rbfn.models.layers import predict_rbfn, rbfn
 
 # Imported on first use (PEP 562), so that ``import bayes_rbfn.cli`` does not load JAX: the command line
@@ -54,12 +60,16 @@ _LAZY = {
     "prior_predictive": ("bayes_rbfn.infer.fitting", "prior_predictive"),
     "loo_log_likelihood": ("bayes_rbfn.models.distributions", "loo_log_likelihood"),
     "predict": ("bayes_rbfn.infer.predictive", "predict"),
+    "predict_model": ("bayes_rbfn.infer.predictive", "predict_model"),
+    "loo_pit": ("bayes_rbfn.infer.loo", "loo_pit"),
     "posterior_replicates": ("bayes_rbfn.infer.replicates", "posterior_replicates"),
     "SamplerSettings": ("bayes_rbfn.infer.sampler", "SamplerSettings"),
     "ConvergenceWarning": ("bayes_rbfn.infer.diagnostics", "ConvergenceWarning"),
+    "Float32Warning": ("bayes_rbfn.infer.fitting", "Float32Warning"),
     "SparseGP": ("bayes_rbfn.models.distributions", "SparseGP"),
     "ExactGP": ("bayes_rbfn.models.distributions", "ExactGP"),
     "rbfn": ("bayes_rbfn.models.layers", "rbfn"),
+    "kernel_family": ("bayes_rbfn.models.families", "kernel_family"),
     "predict_rbfn": ("bayes_rbfn.models.layers", "predict_rbfn"),
 }
 

@@ -15,12 +15,17 @@ Sites (with ``name = "f"``): ``f_v`` (sample, (M,)), ``f_alpha`` (deterministic,
         f = bayes_rbfn.rbfn("f", SquaredExponential(lengthscale=ell, variance=s2), X, Z, mean=1.0)
         numpyro.sample("k", dist.Poisson(jnp.exp(f)), obs=k)
 
-:func:`predict_rbfn` maps posterior draws of α and the hyperparameters to f* = m(x*) + K_*u α at new inputs.
+:func:`predict_rbfn` maps posterior draws of α and the hyperparameters to f* = m(x*) + K_*u α at new inputs;
+:func:`bayes_rbfn.infer.predictive.predict_model` does the same from the model itself, replaying it at each
+draw inside :func:`recording_layers`, where every layer call also records its :class:`LayerRecord`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -34,7 +39,60 @@ from bayes_rbfn.gp.kernels import Kernel
 from bayes_rbfn.gp.validation import check_X
 from bayes_rbfn.models.means import mean_vector
 
-__all__ = ["predict_rbfn", "rbfn"]
+__all__ = ["LayerRecord", "predict_rbfn", "rbfn", "recording_layers"]
+
+
+@dataclass(frozen=True, eq=False)
+class LayerRecord:
+    """What one call of :func:`rbfn` needs to predict at new inputs: its kernel, centres, mean and weights.
+
+    Attributes:
+        kernel: the kernel of this call (its hyperparameters at the draw the model ran at).
+        Z: (M, D) centres. alpha: (M,) weights α = L_uu⁻ᵀ v.
+        mean: m as given to :func:`rbfn` (a number, an (N,) array at X, or a callable of X).
+    """
+
+    kernel: Kernel
+    Z: jax.Array
+    alpha: jax.Array
+    mean: Any
+
+    @linalg.full_precision
+    def predict(self, X_test: jax.Array, mean_test: Any = None) -> jax.Array:
+        """f* = m(x*) + K_*u α at (S, D) inputs, shape (S,); ``mean_test`` (S,) replaces m(x*), and is
+        needed when the mean was an array at X."""
+        if mean_test is None and not callable(self.mean) and jnp.ndim(self.mean) != 0:
+            raise ValueError(
+                "mean_test: the layer's mean was given as an array at X, so its values at X_test are "
+                "needed; pass mean_test=(S,) or give the mean as a number or a callable of X"
+            )
+        X_test = check_X(X_test, "X_test", dim=self.Z.shape[1]).astype(self.Z.dtype)
+        if mean_test is None:
+            offset = mean_vector(self.mean, X_test)
+        else:
+            offset = mean_vector(mean_test, X_test, "mean_test")
+        return offset + self.kernel(X_test, self.Z) @ self.alpha
+
+
+#: The records of the enclosing :func:`recording_layers` block, or None outside one.
+_RECORDS: contextvars.ContextVar[dict[str, LayerRecord] | None] = contextvars.ContextVar(
+    "rbfn_layer_records", default=None
+)
+
+
+@contextlib.contextmanager
+def recording_layers() -> Iterator[dict[str, LayerRecord]]:
+    """Within the block, every :func:`rbfn` call records its :class:`LayerRecord` under its name.
+
+    Nothing is added to the model's NumPyro trace: a model runs as usual, and the records live only as
+    long as the block (their arrays may be tracers of the computation the model runs in).
+    """
+    records: dict[str, LayerRecord] = {}
+    token = _RECORDS.set(records)
+    try:
+        yield records
+    finally:
+        _RECORDS.reset(token)
 
 
 @linalg.full_precision
@@ -62,6 +120,9 @@ def rbfn(
     Luu = linalg.cholesky(kernel(Z, Z), jitter)
     v = numpyro.sample(f"{name}_v", dist.Normal(jnp.zeros(M, X.dtype), 1.0).to_event(1))
     alpha = numpyro.deterministic(f"{name}_alpha", linalg.solve_upper(Luu, v))
+    records = _RECORDS.get()
+    if records is not None:
+        records[name] = LayerRecord(kernel=kernel, Z=Z, alpha=alpha, mean=mean)
     return numpyro.deterministic(name, mean_vector(mean, X) + kernel(X, Z) @ alpha)
 
 
@@ -98,9 +159,8 @@ def predict_rbfn(
 
     @jax.jit
     @jax.vmap
-    @linalg.full_precision
     def one(draw):
-        return offset + make_kernel(draw)(X_test, Z) @ draw[key]
+        return LayerRecord(make_kernel(draw), Z, draw[key], mean).predict(X_test, offset)
 
     n = flat[key].shape[0]
     out = [

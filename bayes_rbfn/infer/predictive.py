@@ -35,6 +35,7 @@ __all__ = [
     "noise_draws",
     "per_draw_moments",
     "predict",
+    "predict_model",
     "predictor_key",
     "sample_predictive",
 ]
@@ -69,12 +70,15 @@ def streamed_batches(S: int, M: int, budget: int = STREAM_BUDGET, N: int | None 
 
 @dataclass(frozen=True)
 class Predictive:
-    """Posterior predictive summary at S test points.
+    """Posterior predictive summary at S test points: per-draw moments and their mixture over draws.
 
     Attributes:
-        f_mean, f_var: per-draw latent moments, (chains, draws, S).
+        f_mean, f_var: per-draw moments of the latent f* (noise excluded), with the draws on the leading
+            axes: (chains, draws, S) from an InferenceData, (draws, S) from a dict of samples.
         mean: mixture mean (S,). var: mixture variance of the latent f* (S,).
-        var_y: mixture variance of a new observation y* (f* plus noise) (S,).
+        var_y: mixture variance of a new observation y* (f* plus noise) (S,); None without a noise σ.
+        noise: σ per draw (the leading axes of ``f_mean``) or per draw and point (its shape), or None (a
+            model without Gaussian noise).
     """
 
     f_mean: np.ndarray
@@ -82,6 +86,69 @@ class Predictive:
     mean: np.ndarray
     var: np.ndarray
     var_y: np.ndarray | None
+    noise: np.ndarray | None = None
+
+    @classmethod
+    def from_draws(cls, f_mean: Any, f_var: Any, noise: Any | None = None) -> Predictive:
+        """The summary of per-draw moments, mixed over draws by :func:`mixture_moments`.
+
+        Args:
+            f_mean, f_var: per-draw latent moments, draws on the leading axes (…, S).
+            noise: σ per draw or per draw and point (see :func:`mixture_moments`), or None.
+        """
+        f_mean = np.asarray(f_mean, dtype=float)
+        f_var = np.asarray(f_var, dtype=float)
+        mean, var, var_y = mixture_moments(f_mean, f_var, noise)
+        noise = None if noise is None else np.asarray(noise, dtype=float)
+        return cls(f_mean=f_mean, f_var=f_var, mean=mean, var=var, var_y=var_y, noise=noise)
+
+    def quantiles(self, probs: Any, *, latent: bool = False) -> np.ndarray:
+        """Quantiles of the mixture over draws at every point (:func:`mixture_quantiles`, exact).
+
+        Of a new observation y*, each draw's N(m_s, v_s + σ_s²), by default; of the latent f*, each draw's
+        N(m_s, v_s), with ``latent=True``.
+
+        Args:
+            probs: (Q,) probabilities in (0, 1), e.g. [0.025, 0.975].
+            latent: quantiles of f* instead of y*.
+
+        Returns:
+            (Q, S) quantiles; unpack a pair as ``lo, hi = pred.quantiles([0.025, 0.975])``.
+        """
+        return mixture_quantiles(self.f_mean, self._draw_variances(latent), probs)
+
+    def band(self, masses: Sequence[float] = (0.5, 0.95), *, latent: bool = False) -> Band:
+        """Mean and central intervals of the mixture (of y* by default, of f* with ``latent=True``).
+
+        Args:
+            masses: central interval probabilities, e.g. (0.5, 0.95).
+            latent: intervals of f* instead of y*.
+        """
+        return Band(
+            mean=self.mean,
+            intervals=_intervals(self.f_mean, self._draw_variances(latent), masses),
+            quantity="f*" if latent else "y*",
+            sd_f=np.sqrt(self.var),
+            sd_y=None if self.var_y is None else np.sqrt(self.var_y),
+        )
+
+    def _draw_variances(self, latent: bool) -> np.ndarray:
+        """Each draw's variance of f* (``latent``) or of y*, (T, S)."""
+        if latent:
+            return self.f_var.reshape(-1, self.f_var.shape[-1])
+        if self.noise is None:
+            raise ValueError(
+                "latent: this predictive has no noise σ (a non-Gaussian likelihood, or an rbfn layer without "
+                "noise_site=), so there is no band of y*; pass latent=True for f*"
+            )
+        return _with_noise(self.f_var, self.noise)
+
+
+def _with_noise(f_var: np.ndarray, noise: Any | None) -> np.ndarray:
+    """Per-draw variances of y*, (T, S): f_var plus σ² of each draw (or of each draw and point)."""
+    S = f_var.shape[-1]
+    var = np.asarray(f_var, dtype=float).reshape(-1, S)
+    return var if noise is None else var + np.reshape(noise, (var.shape[0], -1)) ** 2
 
 
 def per_draw_moments(
@@ -393,12 +460,25 @@ def mixture_quantiles(
     return out
 
 
-def predict(idata: Any, X_test: Any, *, group: Any = None, batch_size: int | None = None) -> Predictive:
+def predict(
+    idata: Any,
+    X_test: Any,
+    *,
+    group: Any = None,
+    batch_size: int | None = None,
+    kernel: Any = None,
+    mean: Any = None,
+) -> Predictive:
     """Posterior predictive at new inputs from a fit's InferenceData.
 
     Rebuilds the model and data from ``idata`` (its ``constant_data`` and the ``bayes_rbfn_*``
     attributes written by :func:`bayes_rbfn.fit`), evaluates the per-draw analytic moments in batches and
-    combines them by the law of total variance.
+    combines them by the law of total variance. For posterior samples of a NumPyro model of one's own, see
+    :func:`predict_model`.
+
+    The object ``fit`` returned also carries what a file cannot hold (a kernel object, a
+    :class:`~bayes_rbfn.models.families.KernelFamily` of one's own, a callable prior mean); a fit read
+    back with ``arviz.from_netcdf`` that used one needs it passed again as ``kernel`` / ``mean``.
 
     Args:
         idata: InferenceData from :func:`bayes_rbfn.fit` (or loaded from ``inference.nc``).
@@ -406,10 +486,16 @@ def predict(idata: Any, X_test: Any, *, group: Any = None, batch_size: int | Non
         batch_size: test points per batch; ``None`` chooses: all of them for a model whose ``predict``
             streams (``sor``: each draw's factor computed once, draws batched within
             :data:`STREAM_BUDGET`), else :data:`DEFAULT_BATCH` (see :func:`model_moments`).
+        kernel: the ``kernel`` the fit was given, when the file cannot rebuild it (see above).
+        mean: the callable ``mean`` the fit was given, when the file cannot rebuild it.
+
+    Returns:
+        A :class:`Predictive`: f_mean, f_var (chains, draws, S), the mixture moments, the noise σ per draw
+        (``pred.quantiles``, ``pred.band``).
     """
     from bayes_rbfn.infer.schema import rebuild
 
-    spec, config, data, params = rebuild(idata)
+    spec, config, data, params = rebuild(idata, kernel=kernel, mean=mean)
     from bayes_rbfn.gp.validation import check_X
 
     X_test = check_X(X_test, "X_test", dim=data["X"].shape[-1])
@@ -422,9 +508,147 @@ def predict(idata: Any, X_test: Any, *, group: Any = None, batch_size: int | Non
     extra = tuple(jnp.asarray(np.asarray(given[name], dtype=np.int32)) for name in spec.predictive_inputs)
 
     f_mean, f_var = model_moments(spec, config, data, params, X_test, extra=extra, batch_size=batch_size)
-    noise = noise_draws(params, f_mean.shape[:2], group=group)
-    mean, var, var_y = mixture_moments(f_mean, f_var, noise)
-    return Predictive(f_mean=f_mean, f_var=f_var, mean=mean, var=var, var_y=var_y)
+    return Predictive.from_draws(f_mean, f_var, noise_draws(params, f_mean.shape[:2], group=group))
+
+
+def predict_model(
+    model: Any,
+    samples: Any,
+    X_test: Any,
+    *args: Any,
+    site: str = "y",
+    noise_site: str | None = None,
+    mean_test: Any = None,
+    batch_size: int | None = DEFAULT_BATCH,
+    draw_batch: int = 64,
+    **kwargs: Any,
+) -> Predictive:
+    """Posterior predictive at new inputs of a NumPyro model of one's own, from its posterior samples.
+
+    Replays ``model(*args, **kwargs)`` at every posterior draw with the draw substituted
+    (:func:`bayes_rbfn.infer.replicates.replay`, as :func:`bayes_rbfn.posterior_replicates` does) and takes
+    the latent f* at ``X_test`` from ``site``:
+
+    * an observed site whose distribution is a :class:`~bayes_rbfn.models.distributions.SparseGP` or
+      :class:`~bayes_rbfn.models.distributions.ExactGP`: the analytic conditional of f* given the observed
+      y at that draw (their ``condition``: SoR/DTC/FITC/VFE or exact, [1]); the noise σ of each draw is
+      the distribution's ``noise``;
+    * the name of an :func:`~bayes_rbfn.models.layers.rbfn` layer (its deterministic site f): f* = m(x*) +
+      K_*u α, known given the draw's weights (f_var = 0); the likelihood is the model's own, so σ comes
+      only from ``noise_site``.
+
+    The per-draw moments are then mixed over draws as :func:`predict` does (:class:`Predictive`)::
+
+        pred = bayes_rbfn.predict_model(model, mcmc.get_samples(), X_new, X, Z, y)
+        pred.f_mean, pred.f_var                    # (draws, S): each draw's moments of f*
+        lo, hi = pred.quantiles([0.025, 0.975])    # 95% band of y* (mixture over draws, noise included)
+
+    Args:
+        model: the NumPyro model function.
+        samples: posterior draws: a dict {site: (T, ...)} (``mcmc.get_samples()``) or an InferenceData with
+            a ``posterior`` group (``az.from_numpyro``). Every latent sample site of the model needs draws.
+        X_test: (S, D) or (S,) new inputs.
+        *args, **kwargs: the model's arguments *with the observed data* (as given to ``MCMC.run``).
+        site: the observed GP-marginal site, or the name of the rbfn layer.
+        noise_site: for an rbfn layer under a Gaussian likelihood, the site holding σ (a scalar per draw),
+            so that y* has a band; not taken for a GP marginal, whose σ is its own.
+        mean_test: (S,) the prior mean at ``X_test``, needed when the model gave the mean as an array at X
+            (a number or a callable is evaluated at ``X_test`` itself).
+        batch_size: test points per compiled call (``None``: all). draw_batch: draws per compiled call.
+
+    Returns:
+        A :class:`Predictive`: ``f_mean``, ``f_var`` with the draws on the leading axes, (T, S) from a dict
+        or (chains, draws, S) from an InferenceData; mixture ``mean``, ``var`` (f*), ``var_y`` (y*);
+        ``noise`` σ per draw; :meth:`Predictive.quantiles` and :meth:`Predictive.band` of y* or f*.
+
+    References:
+        [1] Quiñonero-Candela, J. & Rasmussen, C. E. (2005). A unifying view of sparse approximate Gaussian
+            process regression. JMLR 6, 1939–1959.
+    """
+    from bayes_rbfn.gp.validation import check_X
+    from bayes_rbfn.infer.replicates import flat_draws, observed_node, replay
+    from bayes_rbfn.models.layers import recording_layers
+
+    flat, lead = flat_draws(samples)
+    X_test = np.asarray(check_X(X_test, "X_test"))
+    S = X_test.shape[0]
+    extra = ()
+    if mean_test is not None:
+        extra = (np.asarray(mean_test, dtype=X_test.dtype).reshape(-1),)
+        if extra[0].shape != (S,):
+            raise ValueError(f"mean_test: expected shape ({S},), got {np.shape(mean_test)}")
+    key = jax.random.PRNGKey(0)  # every latent site is substituted (checked below): nothing is drawn
+
+    def run(values):
+        with recording_layers() as layers:
+            trace = replay(model, values, key, args, kwargs)
+        return trace, layers
+
+    # One eager run at the first draw settles what the site is; the compiled runs below are the same model.
+    trace, layers = run({name: value[0] for name, value in flat.items()})
+    missing = [n for n, node in trace.items() if _is_latent(node) and n not in flat]
+    if missing:
+        raise ValueError(
+            f"samples: no draws of the model's site(s) {', '.join(map(repr, missing))}; pass the posterior "
+            "samples of every latent site (mcmc.get_samples())"
+        )
+    is_layer = site in layers
+    if is_layer:
+        if noise_site is not None:
+            if noise_site not in trace:
+                raise ValueError(f"noise_site: the model has no site {noise_site!r}")
+            if np.ndim(trace[noise_site]["value"]) != 0:
+                raise ValueError(
+                    f"noise_site: {noise_site!r} must hold one σ per draw, got shape "
+                    f"{np.shape(trace[noise_site]['value'])}"
+                )
+    else:
+        node = observed_node(trace, site)
+        if not hasattr(node["fn"], "condition"):
+            layer_names = f" (its rbfn layers: {', '.join(map(repr, layers))})" if layers else ""
+            raise ValueError(
+                f"site: {site!r} is a {type(node['fn']).__name__}, not a SparseGP or ExactGP; name the "
+                f"observed GP marginal, or the rbfn layer the latent comes from{layer_names}"
+            )
+        if noise_site is not None:
+            raise ValueError(f"noise_site: {site!r} is a GP marginal, whose noise σ is its own")
+
+    def moments(values, Xb, *mean_b):
+        trace, layers = run(values)
+        mean_b = mean_b[0] if mean_b else None
+        if is_layer:
+            f = layers[site].predict(Xb, mean_b)
+            return f, jnp.zeros_like(f)
+        node = trace[site]
+        conditional = node["fn"].condition(node["value"], Xb, mean_test=mean_b)
+        return conditional.mean, conditional.variance
+
+    def noise_of(values):
+        trace, _ = run(values)
+        return trace[site]["fn"].noise if not is_layer else jnp.asarray(trace[noise_site]["value"])
+
+    params = {name: value[None] for name, value in flat.items()}  # per_draw_moments' (chains, draws) axes
+    f_mean, f_var = per_draw_moments(
+        moments, params, X_test, batch_size=batch_size, extra=extra, draw_batch=draw_batch
+    )
+    noise = None
+    if not is_layer or noise_site is not None:
+        batched = jax.jit(jax.vmap(noise_of))
+        total = int(np.prod(lead))
+        noise = np.concatenate(
+            [
+                np.asarray(batched({n: v[s : s + draw_batch] for n, v in flat.items()}))
+                for s in range(0, total, draw_batch)
+            ]
+        ).reshape(lead)
+    return Predictive.from_draws(f_mean.reshape(*lead, S), f_var.reshape(*lead, S), noise)
+
+
+def _is_latent(node: Mapping[str, Any]) -> bool:
+    """Whether a trace node is a latent sample site (not observed, not auxiliary)."""
+    return (
+        node["type"] == "sample" and not node["is_observed"] and not node["infer"].get("is_auxiliary", False)
+    )
 
 
 def noise_draws(
@@ -459,7 +683,8 @@ class Band:
         mean: (S,) predictive mean.
         intervals: {probability mass: (lower (S,), upper (S,))}, e.g. {0.5: …, 0.95: …}.
         quantity: what the intervals are of, for the legends: ``"y*"`` (a new observation, the default),
-            or for a count or 0/1 likelihood ``"the rate"`` / ``"the probability"`` (the mean of y given f).
+            ``"f*"`` (the latent function), or for a count or 0/1 likelihood ``"the rate"`` /
+            ``"the probability"`` (the mean of y given f).
         sd_f: (S,) sd of the latent f* (of the mean of y given f for a non-Gaussian likelihood).
         sd_y: (S,) sd of a new observation y*.
     """
@@ -473,6 +698,13 @@ class Band:
 
 def _interval_probs(masses: Sequence[float]) -> list[float]:
     return sorted({p for c in masses for p in ((1 - c) / 2, (1 + c) / 2)})
+
+
+def _intervals(f_mean: Any, var_draws: Any, masses: Sequence[float]) -> dict:
+    """{mass: (lower, upper)}: central intervals of the mixture over draws (:func:`mixture_quantiles`)."""
+    probs = _interval_probs(masses)
+    q = mixture_quantiles(f_mean, var_draws, probs)
+    return {c: (q[probs.index((1 - c) / 2)], q[probs.index((1 + c) / 2)]) for c in masses}
 
 
 def band_of_y(idata: Any, masses: Sequence[float]) -> Band:
@@ -495,11 +727,7 @@ def band_of_y(idata: Any, masses: Sequence[float]) -> Band:
     noise = noise_draws(params, f_mean.shape[:2], group=group)
     mean, var_f, var_y = mixture_moments(f_mean, f_var, noise)
     var_y = var_f if var_y is None else var_y
-    T = f_mean.shape[0] * f_mean.shape[1]
-    var_draws = f_var.reshape(T, S) + (0.0 if noise is None else np.reshape(noise, (T, -1)) ** 2)
-    probs = _interval_probs(masses)
-    q = mixture_quantiles(f_mean.reshape(-1, S), var_draws, probs)
-    intervals = {c: (q[probs.index((1 - c) / 2)], q[probs.index((1 + c) / 2)]) for c in masses}
+    intervals = _intervals(f_mean.reshape(-1, S), _with_noise(f_var, noise), masses)
     return Band(mean=mean, intervals=intervals, sd_f=np.sqrt(var_f), sd_y=np.sqrt(var_y))
 
 

@@ -8,7 +8,8 @@ from the marginal N(m, Q_ff + σ²I), which ignores y: replicates far too wide f
 check, and an ``az.loo_pit`` that cannot see a misfit. :func:`posterior_replicates` replays the model at
 every posterior draw with the data observed and asks the observed site's distribution for
 ``sample_replicates(key, y)`` (f drawn from its conditional given y, then the noise) where it has one,
-``sample(key)`` otherwise.
+``sample(key)`` otherwise. :func:`bayes_rbfn.infer.predictive.predict_model` replays a model the same way
+(:func:`replay`) for the per-draw conditional of f* at new inputs.
 
 References
 ----------
@@ -24,26 +25,65 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["posterior_replicates", "replicate_site"]
+__all__ = ["flat_draws", "observed_node", "posterior_replicates", "replay", "replicate_site"]
 
 
-def replicate_site(model: Callable, values: Mapping[str, Any], key: jax.Array, site: str, args, kwargs):
-    """One replicate of the observed ``site`` at one posterior draw ``values`` (traceable).
+def replay(model: Callable, values: Mapping[str, Any], key: jax.Array, args, kwargs) -> dict:
+    """The trace of ``model(*args, **kwargs)`` at one posterior draw ``values`` {site: value} (traceable).
 
-    Replays ``model(*args, **kwargs)`` with the draw substituted (sites missing from ``values`` are drawn
-    from ``key``), then draws from the site's distribution: ``sample_replicates(key, y)`` for a GP marginal,
-    ``sample(key)`` for a factorised likelihood (already conditional through the latent draws).
+    Every site named in ``values`` takes its value (``numpyro.handlers.substitute``); any other sample site
+    is drawn from ``key``.
     """
     from numpyro import handlers
 
-    k_model, k_site = jax.random.split(key)
-    model = handlers.seed(handlers.substitute(model, data=dict(values)), k_model)
-    trace = handlers.trace(model).get_trace(*args, **kwargs)
+    model = handlers.seed(handlers.substitute(model, data=dict(values)), key)
+    return handlers.trace(model).get_trace(*args, **kwargs)
+
+
+def observed_node(trace: Mapping[str, Any], site: str) -> dict:
+    """The trace's node of the observed sample ``site``; a ValueError saying why when it is not one."""
     if site not in trace:
         raise ValueError(f"site: the model has no site {site!r}")
     node = trace[site]
     if node["type"] != "sample" or not node["is_observed"]:
         raise ValueError(f"site: {site!r} is not an observed sample site (pass the data it observes)")
+    return node
+
+
+def flat_draws(samples: Any) -> tuple[dict[str, np.ndarray], tuple[int, ...]]:
+    """Posterior draws as {site: (T, ...)} NumPy arrays, and the shape of their leading draw axes.
+
+    Args:
+        samples: a dict {site: (T, ...)} (``mcmc.get_samples()``), or an InferenceData with a ``posterior``
+            group (``az.from_numpyro``), whose (chain, draw) axes are flattened.
+
+    Returns:
+        ({site: (T, ...)}, (T,) for a dict or (chains, draws) for an InferenceData).
+    """
+    if hasattr(samples, "posterior"):
+        post = samples.posterior
+        chains, draws = post.sizes["chain"], post.sizes["draw"]
+        flat = {n: np.asarray(v.values).reshape(chains * draws, *v.shape[2:]) for n, v in post.items()}
+        return flat, (chains, draws)
+    if not (isinstance(samples, Mapping) and samples):
+        raise ValueError("samples: expected a dict {site: draws} or an InferenceData with a posterior group")
+    flat = {n: np.asarray(v) for n, v in samples.items()}
+    sizes = {v.shape[0] if v.ndim else -1 for v in flat.values()}
+    if len(sizes) != 1 or -1 in sizes:
+        raise ValueError("samples: every site needs the same number of draws along its first axis")
+    return flat, (sizes.pop(),)
+
+
+def replicate_site(model: Callable, values: Mapping[str, Any], key: jax.Array, site: str, args, kwargs):
+    """One replicate of the observed ``site`` at one posterior draw ``values`` (traceable).
+
+    Replays ``model(*args, **kwargs)`` with the draw substituted (:func:`replay`; sites missing from
+    ``values`` are drawn from ``key``), then draws from the site's distribution:
+    ``sample_replicates(key, y)`` for a GP marginal, ``sample(key)`` for a factorised likelihood (already
+    conditional through the latent draws).
+    """
+    k_model, k_site = jax.random.split(key)
+    node = observed_node(replay(model, values, k_model, args, kwargs), site)
     conditional = getattr(node["fn"], "sample_replicates", None)
     if conditional is not None:
         return conditional(k_site, node["value"])
@@ -84,18 +124,8 @@ def posterior_replicates(
     """
     key = jax.random.PRNGKey(seed) if isinstance(seed, int) else seed
     is_idata = hasattr(samples, "posterior")
-    if is_idata:
-        post = samples.posterior
-        chains, draws = post.sizes["chain"], post.sizes["draw"]
-        flat = {n: np.asarray(v.values).reshape(chains * draws, *v.shape[2:]) for n, v in post.items()}
-    elif isinstance(samples, Mapping) and samples:
-        flat = {n: np.asarray(v) for n, v in samples.items()}
-    else:
-        raise ValueError("samples: expected a dict {site: draws} or an InferenceData with a posterior group")
-    sizes = {v.shape[0] if v.ndim else -1 for v in flat.values()}
-    if len(sizes) != 1 or -1 in sizes:
-        raise ValueError("samples: every site needs the same number of draws along its first axis")
-    total = sizes.pop()
+    flat, lead = flat_draws(samples)
+    total = int(np.prod(lead))
 
     batched = jax.jit(jax.vmap(lambda k, values: replicate_site(model, values, k, site, args, kwargs)))
     keys = jax.random.split(key, total)
@@ -109,7 +139,8 @@ def posterior_replicates(
         return y_rep
     import xarray as xr
 
-    y_rep = y_rep.reshape(chains, draws, *y_rep.shape[1:])
+    post = samples.posterior
+    y_rep = y_rep.reshape(*lead, *y_rep.shape[1:])
     dims = ("chain", "draw", *(f"{site}_dim_{i}" for i in range(y_rep.ndim - 2)))
     array = xr.DataArray(
         y_rep, dims=dims, coords={"chain": post["chain"].values, "draw": post["draw"].values}

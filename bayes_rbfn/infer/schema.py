@@ -16,10 +16,31 @@ import jax
 import jax.numpy as jnp
 
 from bayes_rbfn.models import ModelConfig, ModelSpec, get_model
-from bayes_rbfn.models.families import FAMILIES
+from bayes_rbfn.models.families import FAMILIES, get_family
 from bayes_rbfn.models.likelihoods import get_likelihood
 
-__all__ = ["hyperparameter_names", "posterior_params", "rebuild"]
+__all__ = ["CARRIED", "carry", "hyperparameter_names", "kernel_kind", "posterior_params", "rebuild"]
+
+#: The attribute of the InferenceData object returned by :func:`bayes_rbfn.fit` holding what its file
+#: cannot: the kernel family (a kernel object, a family of one's own) and a callable prior mean. A plain
+#: Python attribute of that object (``copy`` keeps it), so ``to_netcdf`` does not write it, and an ArviZ
+#: operation that builds a new object (``az.concat``, ``sel``) drops it; a fit read back from a file
+#: rebuilds a registered family by its name and needs the others given to :func:`rebuild`.
+CARRIED = "_bayes_rbfn_carried"
+
+
+def carry(idata: Any, config: ModelConfig) -> None:
+    """Attach to ``idata`` (as :data:`CARRIED`) the kernel family and prior mean of the fit's ``config``."""
+    setattr(idata, CARRIED, {"family": config.family, "mean": config.mean})
+
+
+def kernel_kind(family: Any) -> str:
+    """How a fit's kernel was given, stored as the attribute ``bayes_rbfn_kernel_kind``: ``"registered"``
+    (a name of :data:`FAMILIES`, rebuilt from the file), ``"kernel"`` (a kernel object, fixed) or
+    ``"family"`` (a :class:`KernelFamily` of one's own)."""
+    if FAMILIES.get(family.name) is family:
+        return "registered"
+    return "kernel" if family.fixed_kernel is not None else "family"
 
 
 def posterior_params(idata_or_samples: Any, fixed: Mapping[str, Any] | None = None) -> dict[str, jax.Array]:
@@ -37,8 +58,14 @@ def posterior_params(idata_or_samples: Any, fixed: Mapping[str, Any] | None = No
     return samples
 
 
-def rebuild(idata: Any) -> tuple[ModelSpec, ModelConfig, dict, dict]:
-    """(spec, config, data, params) of a fit, from its InferenceData (in memory or from inference.nc)."""
+def rebuild(idata: Any, *, kernel: Any = None, mean: Any = None) -> tuple[ModelSpec, ModelConfig, dict, dict]:
+    """(spec, config, data, params) of a fit, from its InferenceData (in memory or from inference.nc).
+
+    The kernel family and a callable prior mean come from the object :func:`bayes_rbfn.fit` returned
+    (:data:`CARRIED`), from the file for a registered family, or from ``kernel`` and ``mean``: what the fit
+    was given (a kernel object, a :class:`KernelFamily` or a family name; the callable of X), needed for a
+    fit read back from a file that used one of its own.
+    """
     if not hasattr(idata, "posterior"):
         raise ValueError(
             "idata: expected the InferenceData of bayes_rbfn.fit (or arviz.from_netcdf of its "
@@ -46,22 +73,17 @@ def rebuild(idata: Any) -> tuple[ModelSpec, ModelConfig, dict, dict]:
         )
     attrs = idata.posterior.attrs
     if "bayes_rbfn_model" not in attrs:
-        raise ValueError("idata: not written by bayes_rbfn.fit (no bayes_rbfn_model attribute)")
-    spec = get_model(str(attrs["bayes_rbfn_model"]))
-    kernel_name = str(attrs["bayes_rbfn_kernel"])
-    if spec.family is None and kernel_name not in FAMILIES:
         raise ValueError(
-            f"idata: the kernel {kernel_name!r} was a fixed kernel object; it cannot be rebuilt from the file"
+            "idata: not written by bayes_rbfn.fit (no bayes_rbfn_model attribute); for posterior samples "
+            "of a NumPyro model of your own use bayes_rbfn.predict_model(model, samples, X_test, *args)"
         )
-    family = spec.family if spec.family is not None else FAMILIES[kernel_name]
+    spec = get_model(str(attrs["bayes_rbfn_model"]))
+    carried = getattr(idata, CARRIED, None) or {}
+    family = _family(spec, attrs, carried, kernel)
     fixed = {k: jnp.asarray(v) for k, v in json.loads(str(attrs.get("bayes_rbfn_fixed", "{}"))).items()}
     jitter_attr = attrs.get("bayes_rbfn_jitter", "")
     jitter = None if jitter_attr in ("", None) else float(jitter_attr)
-    mean = str(attrs.get("bayes_rbfn_mean", "constant"))
-    if mean == "callable":
-        raise ValueError(
-            "idata: the fit's prior mean was a Python callable; it cannot be rebuilt from the file"
-        )
+    mean = _mean(attrs, carried, mean)
     config = ModelConfig(
         family=family,
         priors={},
@@ -89,6 +111,52 @@ def rebuild(idata: Any) -> tuple[ModelSpec, ModelConfig, dict, dict]:
         X_pred=pcd["X_pred"].values if "X_pred" in pcd else None,
     )
     return spec, config, data, posterior_params(idata, fixed)
+
+
+def _family(spec: ModelSpec, attrs: Mapping[str, Any], carried: Mapping[str, Any], kernel: Any) -> Any:
+    """The fit's kernel family: ``kernel`` if given (checked against the stored name), else the model's own,
+    the carried one, or the registered family of the stored name."""
+    name = str(attrs["bayes_rbfn_kernel"])
+    if kernel is not None:
+        if spec.family is not None:
+            raise ValueError(f"kernel: the {spec.name!r} model has no kernel to choose (got {kernel!r})")
+        family = get_family(kernel)
+        if family.name != name:
+            raise ValueError(f"kernel: the fit's kernel was {name!r}, got {family.name!r}")
+        return family
+    if spec.family is not None:
+        return spec.family
+    if "family" in carried:
+        return carried["family"]
+    if name in FAMILIES:
+        return FAMILIES[name]
+    what = {"kernel": "a kernel object", "family": "a KernelFamily of one's own"}.get(
+        str(attrs.get("bayes_rbfn_kernel_kind")), "a kernel object or a KernelFamily of one's own"
+    )
+    raise ValueError(
+        f"idata: the fit's kernel {name!r} was {what}, which the file cannot hold; pass it again, as in "
+        "bayes_rbfn.predict(idata, X_test, kernel=...)"
+    )
+
+
+def _mean(attrs: Mapping[str, Any], carried: Mapping[str, Any], mean: Any) -> Any:
+    """The fit's prior mean: its name from the file, or for a callable one ``mean`` or the carried one."""
+    stored = str(attrs.get("bayes_rbfn_mean", "constant"))
+    if mean is not None:
+        if stored != "callable" or not callable(mean):
+            raise ValueError(
+                f"mean: only a fit with a callable prior mean takes one (this fit's mean: {stored!r}), and "
+                f"it must be that callable of X; got {mean!r}"
+            )
+        return mean
+    if stored != "callable":
+        return stored
+    if "mean" in carried:
+        return carried["mean"]
+    raise ValueError(
+        "idata: the fit's prior mean was a Python callable, which the file cannot hold; pass it again, as "
+        "in bayes_rbfn.predict(idata, X_test, mean=...)"
+    )
 
 
 def hyperparameter_names(idata: Any) -> list[str]:

@@ -366,7 +366,7 @@ def test_posterior_predictive_replicates_condition_on_y(full_fits):
 
     X, y, sor, _ = full_fits
     post = sor.posterior
-    offset = float(sor.constant_data["y_offset"].values)
+    offset = float(np.ravel(sor.constant_data["y_offset"].values)[0])
     spec = {"kind": "se"}
     ell = post["lengthscale"].values.reshape(-1)
     s2 = post["variance"].values.reshape(-1)
