@@ -361,7 +361,7 @@ def test_posterior_predictive_replicates_condition_on_y(full_fits):
     N(c + Q C⁻¹ (y − c), Q − Q C⁻¹ Q + σ²I), C = Q + σ²I: given the draws, z = (y_rep − mean_s)/sd_s are
     independent N(0, 1), so Σ_s z² at each point is χ² with S degrees of freedom (two-sided, Bonferroni
     over the N points: 1e-4 false alarms per run). A replicate of the marginal N(c, Q + σ²I), which
-    ignores y, has z² ≈ 10 here."""
+    ignores y, has a mean z² of (s² + σ²)/var(y_rep | y) ≫ 1 here."""
     from scipy import stats
 
     X, y, sor, _ = full_fits
