@@ -76,7 +76,7 @@ def main() -> None:
     for N in args.sizes:
         for name, tree in (("before", before), ("after", after)):
             result = run(tree, N)
-            rows.append({"N": N, "tree": name, **result})
+            rows.append({"N": N, "tree": name, **result, "load_1min": os.getloadavg()[0]})
             print(json.dumps(rows[-1]), flush=True)
     report = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(), "rows": rows}
     if args.out is not None:
