@@ -1,11 +1,12 @@
 """What the conditional posterior predictive replicates cost: ``fit("sor")`` wall time, before and after.
 
-Runs ``fit("sor", X, y)`` at its defaults (4 chains of 1,000 warm-up and 1,000 kept draws, M = 64 k-means
-inducing inputs, the ``posterior_predictive`` group of 1,000 replicates per chain) on simulated 1-D data at
+Runs ``fit("sor", X, y)`` with 2 chains of 500 warm-up and 500 kept draws (otherwise its defaults: M = 64
+k-means inducing inputs, every draw replicated in ``posterior_predictive``) on simulated 1-D data at
 N = 1,000 and 10,000, for two source trees: ``--before DIR`` (a checkout of the commit before the change,
 whose replicates came from the marginal) and this checkout. Each (tree, N) runs in a fresh process that
-fits twice and reports both wall times (the first compiles; the second is what a refit costs). The trees
-alternate, so a change of load hits both::
+fits three times: the first compiles; the second is what a refit costs; the third, with
+``posterior_predictive=0``, isolates the replicates' share. The trees alternate, so a change of load hits
+both::
 
     git worktree add /tmp/before <commit>
     python benchmarks/replicates_cost.py --before /tmp/before --out benchmarks/results/replicates_cost.json
@@ -38,9 +39,10 @@ gen = np.random.default_rng(0)
 X = np.sort(gen.uniform(0.0, 10.0, N))
 y = np.sin(X) + 0.3 * np.cos(3.0 * X) + 0.2 * gen.standard_normal(N)
 out = {}
-for label in ("first", "second"):
+settings = dict(chains=2, warmup=500, draws=500, seed=0, progress=False, check_diagnostics=False)
+for label, extra in (("first", {}), ("second", {}), ("no_replicates", {"posterior_predictive": 0})):
     t = time.perf_counter()
-    br.fit("sor", X, y, seed=0, progress=False, check_diagnostics=False)
+    br.fit("sor", X, y, **settings, **extra)
     out[label] = time.perf_counter() - t
 print(json.dumps(out))
 """
