@@ -136,7 +136,11 @@ def condition_gaussian(
 
 
 def exact_factor(kernel: Kernel, X: jax.Array, noise: jax.Array) -> jax.Array:
-    """Cholesky factor of K_ff + σ²I, shape (N, N). No jitter: σ² > 0 regularises it."""
+    """Cholesky factor of K_ff + σ²I, shape (N, N). No jitter: σ² > 0 regularises it.
+
+    ``noise`` may also be (N,), one σ_i per point: σ² · I is then diag(σ²) (the product broadcasts over
+    the columns of I), and so in every ``exact_*`` block below.
+    """
     K = kernel(X, X)
     return jnp.linalg.cholesky(K + noise**2 * jnp.eye(K.shape[0], dtype=K.dtype))
 

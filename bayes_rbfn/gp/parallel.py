@@ -428,6 +428,19 @@ def _shift(a: jax.Array, centre: jax.Array | None) -> jax.Array:
     return a if centre is None else a - centre
 
 
+def _batched_like(a: jax.Array, ref: jax.Array) -> jax.Array:
+    """``a`` itself, but mapped wherever ``ref`` is mapped under ``jax.vmap`` (a select on a constant
+    ``True``, which XLA folds away).
+
+    The sums AAᵀ do not depend on y. Under a ``vmap`` over y alone (a batch of series sharing the kernel
+    and the inputs) the custom VJP below would then have one unmapped and one mapped output, and JAX
+    (0.9) hands each mapped member's reverse pass the cotangent of the unmapped output summed over the
+    whole batch: the kernel's gradient came out the batch size times too large. Tied to y, every output
+    is mapped and each member's reverse pass gets its own cotangents.
+    """
+    return jnp.where(True, a, jnp.sum(ref).astype(a.dtype))
+
+
 @functools.cache
 def _streamed(
     fast: bool, C: int, mesh: Mesh | None, residuals: bool = False, precision: str = "float64"
@@ -536,7 +549,7 @@ def _streamed(
         S, r = _summed_over_data(local_sums, mesh, X.shape[0], C)((kernel, Z, W), X, y, w)[0]
         if fast:
             S, r = W @ S @ W.T, W @ r
-        return 0.5 * (S + S.T), r, W
+        return _batched_like(0.5 * (S + S.T), y), r, W
 
     @linalg.full_precision
     def backward(kernel, Z, X, y, w, W, AAt, Ay, G, g, m, s):

@@ -132,9 +132,11 @@ def training_factor(
     * ``"fitc"``: d = Λ = σ² + diag(K_ff − Q_ff) ([1] §6): the fully independent training conditional
       puts the variance the Nyström prior drops back as heteroscedastic noise, Σ = (K_uu + K_uf Λ⁻¹ K_fu)⁻¹.
 
+    With one σ_i per point, σ² is the (N,) array of their squares throughout (D = diag(σ²)).
+
     Args:
         approx: one of :data:`APPROXIMATIONS`. kernel: covariance function. X: (N, D). y: (N,) (centred).
-        Z: (M, D). noise: σ. jitter: relative jitter on K_uu (``None``: the policy).
+        Z: (M, D). noise: σ, a scalar or (N,). jitter: relative jitter on K_uu (``None``: the policy).
         fast, chunk_size, mesh, precision: the streamed pass's settings
             (:func:`bayes_rbfn.gp.parallel.woodbury_stats`). FITC's diagonal (its own pass) stays float64.
 
@@ -157,22 +159,29 @@ def log_marginal(
     SoR and DTC: log N(y | 0, Q_ff + σ²I); FITC: log N(y | 0, Q_ff + Λ); VFE:
     log N(y | 0, Q_ff + σ²I) − tr(K_ff − Q_ff)/(2σ²), a lower bound on the exact GP's log marginal
     likelihood for any Z (the trace penalises inducing inputs that explain the prior poorly and vanishes
-    when Z = X); an objective for (θ, Z), not a normalised density over y.
+    when Z = X); an objective for (θ, Z), not a normalised density over y. With one σ_i per point
+    (D = diag(σ²)) the bound is log N(y | 0, Q_ff + D) − ½ tr(D⁻¹(K_ff − Q_ff)) = … − ½ Σ_i (K_ii − Q_ii)/σ_i²
+    ([2]'s derivation with the Gaussian likelihood N(y | f, D)).
 
-    The trace needs no second pass over the data: tr(Q_ff)/σ² = tr(AAᵀ) = ‖L_B‖²_F − M, as
-    B = I + AAᵀ = L_B L_Bᵀ; the difference tr(K_ff) − tr(Q_ff) is clamped at 0 like the per-point residual.
+    The trace needs no second pass over the data: tr(D⁻¹Q_ff) = tr(AAᵀ) = ‖L_B‖²_F − M (A = L_uu⁻¹ K_uf
+    D^-½), as B = I + AAᵀ = L_B L_Bᵀ; for a scalar σ this is tr(Q_ff)/σ². The difference from tr(D⁻¹K_ff)
+    is clamped at 0 like the per-point residual.
 
     Args:
         approx: one of :data:`APPROXIMATIONS`.
         factor: from :func:`training_factor` for the same approximation.
-        kernel: covariance function. X: (N, D). noise: σ.
+        kernel: covariance function. X: (N, D). noise: σ, a scalar or (N,) per point.
     """
     value = factor.log_marginal_likelihood()
     if approx != "vfe":
         return value
-    trace_Q = noise**2 * (jnp.sum(factor.LB**2) - factor.LB.shape[0])
-    trace = jnp.maximum(jnp.sum(kernel.diag(X)) - trace_Q, 0.0)
-    return value - 0.5 * trace / noise**2
+    if jnp.ndim(noise) == 0:
+        trace_Q = noise**2 * (jnp.sum(factor.LB**2) - factor.LB.shape[0])
+        trace = jnp.maximum(jnp.sum(kernel.diag(X)) - trace_Q, 0.0)
+        return value - 0.5 * trace / noise**2
+    weighted_trace_Q = jnp.sum(factor.LB**2) - factor.LB.shape[0]
+    weighted_trace = jnp.maximum(jnp.sum(kernel.diag(X) / noise**2) - weighted_trace_Q, 0.0)
+    return value - 0.5 * weighted_trace
 
 
 @linalg.full_precision
@@ -200,18 +209,20 @@ def replicates(
 
     * ``"sor"``, ``"dtc"``: deterministic, f = K_fu α ([1] §§4, 5);
     * ``"fitc"``: independent f_i | u ~ N(k_iᵀα, λ_i), and each f_i also sees its own y_i, so
-      f_i | α, y_i ~ N(k_iᵀα + g_i (y_i − k_iᵀα), g_i σ²) with g_i = λ_i / (λ_i + σ²) ([1] §6);
+      f_i | α, y_i ~ N(k_iᵀα + g_i (y_i − k_iᵀα), g_i σ_i²) with g_i = λ_i / (λ_i + σ_i²) ([1] §6);
       α | y is FITC's, from the factor of Q_ff + Λ;
     * ``"vfe"``: Titsias's q(f) = ∫ p(f | u) q(u) du with the exact p(f | u): f_i = k_iᵀα + √λ_i ε_i,
       independently in i, so every point's marginal is exact and the correlations K_ff − Q_ff puts
       between points are dropped (no N×N matrix).
 
     y_rep = f + σε'. The law of f | y is then N(Q_ff C⁻¹ y, Q_ff − Q_ff C⁻¹ Q_ff) for SoR and DTC
-    (C = Q_ff + σ²I), and the exact GP's formulas with K replaced by Q_ff + diag(λ) for FITC.
+    (C = Q_ff + σ²I), and the exact GP's formulas with K replaced by Q_ff + diag(λ) for FITC. With one σ_i
+    per point every σ² above is σ_i², point by point (C = Q_ff + diag(σ²)).
 
     Args:
         approx: one of :data:`APPROXIMATIONS`. factor: :func:`training_factor`'s for the same ``approx``
-            and y. kernel: covariance function. X: (N, D). y: (N,) centred targets. Z: (M, D). noise: σ.
+            and y. kernel: covariance function. X: (N, D). y: (N,) centred targets. Z: (M, D).
+            noise: σ, a scalar or (N,).
         key: PRNG key. sample_shape: leading shape of the draws.
         chunk_size, mesh: the streamed pass's settings (λ's pass, for FITC and VFE).
 
