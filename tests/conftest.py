@@ -142,6 +142,7 @@ FAST_COMPILE_FILES = frozenset(
         "gp/test_gp_blr.py",
         "gp/test_identities.py",
         "gp/test_interpolation.py",
+        "gp/test_kernels.py",
         "gp/test_mixed_precision.py",
         "gp/test_parallel.py",
         "gp/test_small_noise.py",
