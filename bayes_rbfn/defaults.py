@@ -6,7 +6,7 @@ layers need live here rather than in :mod:`bayes_rbfn.infer.fitting`.
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_NUM_INDUCING", "INITS", "MAP_SEARCH_POINTS", "MAP_START_MIN_POINTS"]
+__all__ = ["DEFAULT_NUM_INDUCING", "INITS", "MAP_SEARCH_POINTS", "MAP_START_MIN_POINTS", "MAX_TREE_DEPTH"]
 
 #: Inducing inputs chosen when neither Z nor num_inducing is given (capped by the distinct inputs).
 DEFAULT_NUM_INDUCING = 64
@@ -37,3 +37,8 @@ MAP_START_MIN_POINTS = 10_000
 #: mode at seed 1 (σ = 0.27 against 0.21, potential 2.65·10⁴ above the mode) — from which a fit on one
 #: H100 had not finished after 400 s (seed 0: 37 s in all).
 MAP_SEARCH_POINTS = 10_000
+
+#: The largest NUTS tree depth accepted (``fit(max_tree_depth=...)``, ``--max-tree-depth``): a tree of
+#: depth d takes up to 2^d − 1 leapfrog steps, and NumPyro counts them in 32-bit integers, which hold
+#: 2^30 but not 2^31.
+MAX_TREE_DEPTH = 30

@@ -315,6 +315,12 @@ class _GaussianProcessMarginal(SortedPytreeFields, dist.Distribution):
             raise ValueError(f"kernel: expected a bayes_rbfn.gp.kernels.Kernel, got {type(kernel).__name__}")
         self.kernel = kernel
         self.X = _check_inputs(X, "X")
+        # One dtype for every array of the computation, JAX's promotion of X's and the kernel's: float32
+        # inputs with float64 hyperparameters compute in float64, as conditional.sor and ExactGP's own
+        # arithmetic do (a streamed pass's carry must keep its dtype from chunk to chunk).
+        dtype = jnp.result_type(self.X, *jax.tree_util.tree_leaves(kernel))
+        if dtype != self.X.dtype and jnp.issubdtype(dtype, jnp.floating):
+            self.X = self.X.astype(dtype)
         N, D = self.X.shape[-2:]
         if Z is not None:
             self.Z = _check_inputs(Z, "Z", dim=D).astype(self.X.dtype)
@@ -396,6 +402,15 @@ class _GaussianProcessMarginal(SortedPytreeFields, dist.Distribution):
             one, tuple(shape), [*leaves, *(a for a, _ in extra)], [*ndims, *(k for _, k in extra)]
         )
 
+    def _check_length(self, value: Any, name: str) -> None:
+        """``ValueError`` naming ``name`` unless ``value`` is (..., N): one value per row of X."""
+        N = self.event_shape[0]
+        if tuple(jnp.shape(value))[-1:] != (N,):
+            raise ValueError(
+                f"{name}: expected shape ({N},) or (..., {N}), one value per row of X, got "
+                f"{tuple(jnp.shape(value))}"
+            )
+
     def _data_batch(self, value: Any, name: str) -> tuple[jax.Array, tuple[int, ...]]:
         """``value`` (..., N) as an array, and the batch shape it and this distribution broadcast to."""
         value = jnp.asarray(value, dtype=self.X.dtype)
@@ -431,9 +446,11 @@ class _GaussianProcessMarginal(SortedPytreeFields, dist.Distribution):
     def log_prob(self, value: jax.Array) -> jax.Array:
         """The log density of ``value`` (..., N), shape broadcast(batch_shape, value.shape[:-1]); -inf where
         a factorisation fails (so NUTS rejects the step)."""
-        if not self.batch_shape and jnp.ndim(value) == 1:
+        self._check_length(value, "value")
+        value = jnp.asarray(value, dtype=self.X.dtype)
+        if not self.batch_shape and value.ndim == 1:
             return self._log_prob_member(value)
-        return _batched_log_prob(self, jnp.asarray(value, dtype=self.X.dtype))
+        return _batched_log_prob(self, value)
 
     def sample(self, key: jax.Array, sample_shape: tuple[int, ...] = ()) -> jax.Array:
         """Draws of y, shape sample_shape + batch_shape + (N,); members of a batch draw independently."""
@@ -453,6 +470,7 @@ class _GaussianProcessMarginal(SortedPytreeFields, dist.Distribution):
         which ignores y). Each member conditions on its own y; their draws are independent.
         """
         y = jnp.asarray(y, dtype=self.X.dtype)
+        self._check_length(y, "y")
         if not self.batch_shape and y.ndim == 1:
             return self._replicates_member(key, y, sample_shape)
         y, shape = self._data_batch(y, "y")
@@ -471,6 +489,7 @@ class _GaussianProcessMarginal(SortedPytreeFields, dist.Distribution):
         y.shape[:-1]), each member conditioned on its own y at the same X_test (S, D) or (S,))."""
         X_test = check_X(X_test, "X_test", dim=self.X.shape[-1]).astype(self.X.dtype)
         y = jnp.asarray(y, dtype=self.X.dtype)
+        self._check_length(y, "y")
         if not self.batch_shape and y.ndim == 1:
             return self._moments_member(y, X_test, full_cov)
         y, shape = self._data_batch(y, "y")
@@ -513,6 +532,7 @@ class _GaussianProcessMarginal(SortedPytreeFields, dist.Distribution):
 
     def _loo(self, y: Any, exact: bool | str | None, statistic: str) -> jax.Array:
         y = jnp.asarray(y, dtype=self.X.dtype)
+        self._check_length(y, "y")
         if not self.batch_shape and y.ndim == 1:
             return self._loo_member(y, exact, statistic)
         y, shape = self._data_batch(y, "y")

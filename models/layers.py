@@ -7,7 +7,9 @@ handles best when the data inform α weakly (counts, labels): whitened weights v
     α = L_uu⁻ᵀ v   (so Cov α = L_uu⁻ᵀ L_uu⁻¹ = K_uu⁻¹),     f = m + K_fu α.
 
 Sites (with ``name = "f"``): ``f_v`` (sample, (M,)), ``f_alpha`` (deterministic, (M,)), ``f``
-(deterministic, (N,)). The observation model is the user's::
+(deterministic, (N,)). Where K_uu cannot be factorised (coincident centres without jitter, say) the log
+density of ``f_v`` is -inf, so NUTS rejects the point, and α = 0 there so that no likelihood sees a NaN.
+The observation model is the user's::
 
     def model(X, Z, k=None):
         ell = numpyro.sample("lengthscale", dist.LogNormal(0.0, 1.0))
@@ -37,6 +39,7 @@ import numpyro.distributions as dist
 from bayes_rbfn.gp import linalg
 from bayes_rbfn.gp.kernels import Kernel
 from bayes_rbfn.gp.validation import check_X
+from bayes_rbfn.models.common import SortedPytreeFields
 from bayes_rbfn.models.means import mean_vector
 
 __all__ = ["LayerRecord", "predict_rbfn", "rbfn", "recording_layers"]
@@ -95,6 +98,23 @@ def recording_layers() -> Iterator[dict[str, LayerRecord]]:
         _RECORDS.reset(token)
 
 
+class _WhitenedWeights(SortedPytreeFields, dist.Normal):
+    """N(loc, 1) per whitened weight, whose log density is -inf wherever ``factorised`` is False.
+
+    Draws are the plain Normal's; only ``log_prob`` changes, so a failed factorisation of K_uu inside
+    the layer makes the model's log density -inf without adding a site to the model.
+    """
+
+    pytree_data_fields = ("factorised",)
+
+    def __init__(self, loc: jax.Array, factorised: jax.Array) -> None:
+        self.factorised = factorised
+        super().__init__(loc, 1.0)
+
+    def log_prob(self, value: jax.Array) -> jax.Array:
+        return jnp.where(self.factorised, super().log_prob(value), -jnp.inf)
+
+
 @linalg.full_precision
 def rbfn(
     name: str, kernel: Kernel, X: Any, Z: Any, *, mean: Any = 0.0, jitter: float | None = None
@@ -110,7 +130,8 @@ def rbfn(
         :func:`bayes_rbfn.gp.linalg.cholesky`).
 
     Returns:
-        f = m + K_fu α, shape (N,), also recorded as the deterministic site ``name``.
+        f = m + K_fu α, shape (N,), also recorded as the deterministic site ``name``; where K_uu cannot be
+        factorised, the model's log density is -inf and f = m.
     """
     if not isinstance(kernel, Kernel):
         raise ValueError(f"kernel: expected a bayes_rbfn.gp.kernels.Kernel, got {type(kernel).__name__}")
@@ -118,8 +139,12 @@ def rbfn(
     Z = check_X(Z, "Z", dim=X.shape[1]).astype(X.dtype)
     M = Z.shape[0]
     Luu = linalg.cholesky(kernel(Z, Z), jitter)
-    v = numpyro.sample(f"{name}_v", dist.Normal(jnp.zeros(M, X.dtype), 1.0).to_event(1))
-    alpha = numpyro.deterministic(f"{name}_alpha", linalg.solve_upper(Luu, v))
+    # Where K_uu cannot be factorised the point is impossible: v's prior gives it log density -inf (NUTS
+    # rejects it), and α = 0 stands in so that the likelihood is handed a finite f, not NaN.
+    factorised = jnp.all(jnp.isfinite(Luu))
+    Luu = jnp.where(factorised, Luu, jnp.eye(M, dtype=Luu.dtype))
+    v = numpyro.sample(f"{name}_v", _WhitenedWeights(jnp.zeros(M, X.dtype), factorised).to_event(1))
+    alpha = numpyro.deterministic(f"{name}_alpha", jnp.where(factorised, linalg.solve_upper(Luu, v), 0.0))
     records = _RECORDS.get()
     if records is not None:
         records[name] = LayerRecord(kernel=kernel, Z=Z, alpha=alpha, mean=mean)

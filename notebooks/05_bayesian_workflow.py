@@ -169,7 +169,7 @@ print(
 # the PIT values pile up at 0 and 1.
 
 # %%
-from scipy import stats  # noqa: E402
+from scipy import stats
 
 pit = br.loo_pit(idata)
 idata_narrow = br.fit(

@@ -24,6 +24,7 @@ __all__ = [
     "COMMANDS",
     "EXIT_INTERRUPTED",
     "EXIT_STORAGE",
+    "EXIT_TERMINATED",
     "EXIT_USAGE",
     "PROG",
     "Command",
@@ -52,6 +53,10 @@ EXIT_USAGE = 2
 
 
 EXIT_INTERRUPTED = 130
+
+
+#: SIGTERM (a plain ``kill``), handled as Ctrl-C: 128 + the signal's number, as a shell reports it.
+EXIT_TERMINATED = 143
 
 
 #: The system refused to store something (disk full, quota, read-only or I/O error): sysexits' EX_IOERR.
@@ -92,8 +97,10 @@ class Console:
         print(text, file=self.out, flush=True)
 
     def error(self, message: str) -> None:
-        """A one-line error message, always shown."""
-        print(f"{PROG}: error: {message}", file=self.err, flush=True)
+        """A one-line error message, always shown: line breaks in ``message`` (a library's or the system's
+        text, such as HDF5's) become spaces."""
+        one_line = " ".join(part.strip() for part in message.strip().splitlines() if part.strip())
+        print(f"{PROG}: error: {one_line}", file=self.err, flush=True)
 
 
 @dataclass(frozen=True)

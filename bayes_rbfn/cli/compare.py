@@ -210,6 +210,7 @@ def plan_compare(args: argparse.Namespace) -> ComparePlan:
 def _run_compare(args: argparse.Namespace, console: Console) -> int:
     from bayes_rbfn.gp.sparse import VarianceCollapseWarning
     from bayes_rbfn.infer.sampler import SamplerSettings
+    from bayes_rbfn.io.netcdf import write_inference_data
     from bayes_rbfn.io.output import atomic_output_dir, output_lock, remove_leftovers
     from bayes_rbfn.workflows.compare import compare_models
 
@@ -270,7 +271,7 @@ def _run_compare(args: argparse.Namespace, console: Console) -> int:
             for name, idata in comparison.idatas.items():
                 idata.posterior.attrs["bayes_rbfn_command"] = command_line(args)
                 idata.posterior.attrs["bayes_rbfn_data"] = plan.source
-                idata.to_netcdf(str(tmp / f"inference_{name}.nc"))
+                write_inference_data(idata, tmp / f"inference_{name}.nc")
             (tmp / "report.txt").write_text(report + "\n", encoding="utf-8")
     console.result(report)
     return 0

@@ -104,7 +104,8 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
         "  predictive.png   posterior predictive mean, 50% and 95% intervals of y* (of the rate or the\n"
         "                   probability for counts and labels), inducing inputs\n"
         "  predictions.csv  the predictive at the prediction inputs; report.txt  the printed report\n"
-        "\nexit status: 0 done, 2 bad input (nothing written), 130 interrupted (nothing written)."
+        "\nexit status: 0 done, 2 bad input (nothing written), 74 a file could not be written, 130\n"
+        "interrupted, 143 terminated (SIGTERM); after 74, 130 and 143 the sampling is kept for --resume."
     )
 
     data_arguments(parser, DEFAULT_DATASET, grouped=True)
@@ -399,24 +400,41 @@ def _run_fit(args: argparse.Namespace, console: Console) -> int:
 def _check_result_size(
     args: argparse.Namespace, data: Dataset, Z: Any, X_pred: np.ndarray, out: Path
 ) -> None:
-    """Refuse --draws/--chains whose draws cannot fit in memory or on the disk of --out (an estimate)."""
+    """Refuse --draws/--chains whose draws cannot fit in memory or on the disk of --out (an estimate; on
+    the disk, the results and the checkpoint in OUT.partial, which is removed only after them, less what
+    an earlier run already saved there)."""
+    from bayes_rbfn.infer.checkpoint import checkpoint_bytes
     from bayes_rbfn.infer.failures import check_result_size, estimated_params, result_bytes
     from bayes_rbfn.infer.fitting import DEFAULT_PREDICTIVE_DRAWS
     from bayes_rbfn.io.output import free_space
     from bayes_rbfn.runtime import available_memory
 
+    params = estimated_params(Z, data.X.shape[1])
     need = result_bytes(
         chains=args.chains,
         draws=args.draws,
-        params=estimated_params(Z, data.X.shape[1]),
+        params=params,
         N=data.X.shape[0],
         S=X_pred.shape[0],
         replicates_per_chain=DEFAULT_PREDICTIVE_DRAWS,
     )
+    checkpoint = checkpoint_bytes(
+        chains=args.chains,
+        draws=args.draws,
+        warmup=args.warmup,
+        params=params,
+        chunk_size=args.checkpoint_every,
+    )
+    try:
+        checkpoint -= sum(p.stat().st_size for p in partial_dir(out).rglob("*") if p.is_file())
+    except OSError:  # unreadable: counted as empty
+        pass
     free, where = free_space(out)
     try:
         check_result_size(need, available_memory())
-        check_result_size(need, free, what="disk space", where=f" in {where}")
+        check_result_size(
+            need + max(checkpoint, 0), free, what="disk space", where=f" in {where} (with the checkpoint)"
+        )
     except ValueError as err:
         raise option_error(err) from None
 
@@ -499,9 +517,7 @@ class FitResults:
 
 
 def _summarise(plan: FitPlan, idata: Any) -> FitResults:
-    import arviz as az
-
-    from bayes_rbfn.infer.diagnostics import check_convergence, psis_loo
+    from bayes_rbfn.infer.diagnostics import check_convergence, posterior_summary, psis_loo
     from bayes_rbfn.infer.fitting import backtest_scores
     from bayes_rbfn.infer.predictive import band_of_the_mean, band_of_y
     from bayes_rbfn.infer.schema import hyperparameter_names
@@ -513,7 +529,7 @@ def _summarise(plan: FitPlan, idata: Any) -> FitResults:
         collapsed=_collapsed_points(plan, idata),
         saturated=_saturated(plan, idata),
         hyperparameters=names,
-        summary=az.summary(idata, var_names=names, round_to="none"),
+        summary=posterior_summary(idata, names),
         convergence=check_convergence(idata, var_names=names),
         loo=loo,
         loo_note=loo_note,
@@ -768,11 +784,12 @@ def _write_outputs(
     start: float,
     sampling_seconds: float,
 ) -> None:
+    from bayes_rbfn.io.netcdf import write_inference_data
     from bayes_rbfn.io.output import atomic_output_dir
 
     console.say(f"Writing {plan.out} ...")
     with atomic_output_dir(plan.out, args.overwrite, protect=_inputs(args)) as tmp:
-        idata.to_netcdf(str(tmp / "inference.nc"))
+        write_inference_data(idata, tmp / "inference.nc")
         results.summary.to_csv(tmp / "summary.csv", index_label="parameter")
         _predictions_frame(plan, results).to_csv(tmp / "predictions.csv", index=False)
         files = ["inference.nc", "summary.csv"]

@@ -5,14 +5,17 @@ Exit status: 0 on success, 2 for a user error (bad option, file, column or value
 where, with no traceback, and nothing is written), 74 when the system refuses to store a file (disk full,
 quota, read-only or I/O error; the message says what was kept, e.g. the sampling for ``--resume``), 130 after
 Ctrl-C (nothing is written: results are assembled in a hidden temporary folder that becomes the output folder
-only when complete). Any other exception is a bug and shows its traceback.
+only when complete), 143 after SIGTERM, which is handled as Ctrl-C. Once one of the two has arrived, more
+of either are ignored while the program exits. Any other exception is a bug and shows its traceback.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +28,7 @@ from bayes_rbfn.cli.common import (
     COMMANDS,
     EXIT_INTERRUPTED,
     EXIT_STORAGE,
+    EXIT_TERMINATED,
     EXIT_USAGE,
     PROG,
     Console,
@@ -72,8 +76,52 @@ def _scan_chains(argv: Sequence[str]) -> int:
     return DEFAULT_CHAINS
 
 
+class _Signals:
+    """SIGINT and SIGTERM as one Ctrl-C: the first of them raises KeyboardInterrupt in the main thread and
+    sets both to be ignored, so that a repeated Ctrl-C (or a ``kill`` after it) can neither print a
+    traceback nor end the exit half-way. ``SIG_IGN``, not a Python handler: the interpreter resets its
+    own handlers to the default (killing the process) while it shuts down, but keeps an ignored signal
+    ignored."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.previous: dict = {}
+        if threading.current_thread() is threading.main_thread():  # handlers are the main thread's
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        del frame
+        self.received = signum
+        for sig in self.previous:
+            signal.signal(sig, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    def status(self) -> int:
+        """The exit status of an interrupted run: 143 after SIGTERM, else 130."""
+        return EXIT_TERMINATED if self.received == signal.SIGTERM else EXIT_INTERRUPTED
+
+    def word(self, message: str) -> str:
+        """``message`` (which starts "interrupted"), naming SIGTERM when that ended the run."""
+        if self.received != signal.SIGTERM:
+            return message
+        return "terminated (SIGTERM)" + message.removeprefix("interrupted")
+
+    def release(self, exiting: bool) -> None:
+        """Ignore both signals from now on when the process is ``exiting``, else restore the handlers
+        found (a caller from Python gets its own Ctrl-C back)."""
+        for sig, handler in self.previous.items():
+            signal.signal(sig, signal.SIG_IGN if exiting else (handler or signal.SIG_DFL))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``bayes-rbfn`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    """Run ``bayes-rbfn`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status.
+
+    Called without ``argv`` (as the program), SIGINT and SIGTERM stay ignored after it returns, while the
+    process exits; called with ``argv`` (from Python), the handlers found are restored.
+    """
+    exiting = argv is None
+    signals = _Signals()
     argv = list(sys.argv[1:] if argv is None else argv)
     console = Console()
     saved_flags = os.environ.get("XLA_FLAGS")
@@ -106,11 +154,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.error(f"cannot write or read a file: {where}{err.strerror or err}; no results were written")
         return EXIT_STORAGE
     except Interrupted as err:
-        console.error(str(err))
-        return EXIT_INTERRUPTED
+        console.error(signals.word(str(err)))
+        return signals.status()
     except KeyboardInterrupt:
-        console.error("interrupted; nothing was written")
-        return EXIT_INTERRUPTED
+        console.error(signals.word("interrupted; nothing was written"))
+        return signals.status()
     except ValueError as err:
         from bayes_rbfn.infer.checkpoint import CheckpointError
 
@@ -119,6 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.error(f"cannot resume: {err}; nothing was changed")
         return EXIT_USAGE
     finally:
+        signals.release(exiting)
         # Leave the environment as found: the flag has done its work once the backend is up.
         if saved_flags is None:
             os.environ.pop("XLA_FLAGS", None)

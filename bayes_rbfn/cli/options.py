@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from bayes_rbfn.cli.common import PROG, Console, UserError
-from bayes_rbfn.defaults import INITS, MAP_START_MIN_POINTS
+from bayes_rbfn.defaults import INITS, MAP_START_MIN_POINTS, MAX_TREE_DEPTH
 from bayes_rbfn.io.datasets import Dataset, list_datasets, load_dataset
 from bayes_rbfn.io.reader import read_xy_csv
 from bayes_rbfn.workflows.planning import (
@@ -50,6 +50,7 @@ __all__ = [
     "sampler_arguments",
     "seed",
     "slug",
+    "tree_depth",
 ]
 
 
@@ -88,6 +89,13 @@ def number_option(
 
 
 positive_int = number_option(int, lambda v: v >= 1, "a positive whole number", "be a positive whole number")
+#: NUTS's tree depth: 1 … MAX_TREE_DEPTH (2^depth − 1 leapfrog steps at most, counted in 32 bits).
+tree_depth = number_option(
+    int,
+    lambda v: 1 <= v <= MAX_TREE_DEPTH,
+    "a positive whole number",
+    f"be a positive whole number ≤ {MAX_TREE_DEPTH}",
+)
 #: A PRNG seed: what JAX's keys hold (a signed 64-bit integer ≥ 0).
 seed = number_option(int, lambda v: 0 <= v < 2**63, "a whole number ≥ 0", "lie in 0 … 2⁶³ − 1")
 probability = number_option(
@@ -232,10 +240,10 @@ def sampler_arguments(parser: argparse.ArgumentParser) -> None:
     )
     sampler.add_argument(
         "--max-tree-depth",
-        type=positive_int,
+        type=tree_depth,
         metavar="D",
-        help=f"NUTS takes at most 2^D − 1 steps per draw (default {DEFAULT_MAX_TREE_DEPTH}; "
-        f"{DATASET_TREE_DEPTHS['co2']} for the co2 data set)",
+        help=f"NUTS takes at most 2^D − 1 steps per draw, D ≤ {MAX_TREE_DEPTH} "
+        f"(default {DEFAULT_MAX_TREE_DEPTH}; {DATASET_TREE_DEPTHS['co2']} for the co2 data set)",
     )
     sampler.add_argument(
         "--dense-mass",
@@ -262,7 +270,12 @@ def output_arguments(parser: argparse.ArgumentParser) -> Any:
         type=Path,
         help="output folder (default: a new folder bayes_rbfn_<data>_<date-time> here)",
     )
-    output.add_argument("--overwrite", action="store_true", help="replace an existing non-empty --out folder")
+    output.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an earlier result of this program in --out: only the files it wrote there (any other "
+        "file makes it refuse)",
+    )
     output.add_argument(
         "--quiet", action="store_true", help="no progress or notes; only the final report (and errors)"
     )

@@ -18,6 +18,7 @@ __all__ = [
     "PARTIAL_SUFFIX",
     "RUN_FORMAT",
     "RUN_RECORD",
+    "check_output_free",
     "check_resumable",
     "failed",
     "interrupted",
@@ -39,8 +40,10 @@ RUN_FORMAT = "bayes_rbfn.fit-run"
 
 
 def partial_dir(out: Path) -> Path:
-    """The checkpoint folder of the output folder ``out``: ``out.partial`` next to it."""
-    out = Path(os.path.abspath(out)) if not Path(out).name else Path(out)
+    """The checkpoint folder of the output folder ``out``: ``out.partial`` next to it, where ``out`` is
+    taken with every symbolic link resolved (so a link and its target share one checkpoint folder, as
+    they share the lock of :func:`bayes_rbfn.io.output.output_lock`); an absolute path."""
+    out = Path(os.path.realpath(os.path.abspath(out)))
     return out.with_name(out.name + PARTIAL_SUFFIX)
 
 
@@ -87,16 +90,30 @@ def start_partial(partial: Path, args: argparse.Namespace, out: Path) -> list[st
             notes.append(f"removed {partial}: its run stopped before saving any iteration")
         shutil.rmtree(partial)
     partial.mkdir(parents=True)
+    # Paths relative to the folder that holds OUT and OUT.partial, so that a moved project resumes;
+    # "origin" (that folder when the run started) finds data that stayed behind.
+    base = partial.parent
     record = {
         "format": RUN_FORMAT,
-        "version": 1,
+        "version": 2,
         "argv": list(args.argv),
-        "cwd": os.getcwd(),
-        "out": str(Path(out).absolute()),
+        "cwd": _relative(os.getcwd(), base),
+        "out": _relative(out, base),
+        "origin": str(base),
         "package": package_version(),
     }
     atomic_write_bytes(partial / RUN_RECORD, json.dumps(record, indent=1).encode("utf-8"))
     return notes
+
+
+def _relative(path: str | os.PathLike[str], base: Path) -> str:
+    """``path`` (symbolic links resolved) relative to the folder ``base``; absolute where no relative
+    path leads there (another drive)."""
+    real = os.path.realpath(os.path.abspath(path))
+    try:
+        return os.path.relpath(real, base)
+    except ValueError:
+        return real
 
 
 def failed(partial: Path, out: Path, resuming: bool, err: BaseException) -> BaseException | None:
@@ -158,7 +175,13 @@ def resume_args(args: argparse.Namespace) -> tuple[Path, argparse.Namespace]:
         if record.get("format") != RUN_FORMAT:
             raise ValueError("not a record of bayes-rbfn fit")
         argv = [str(a) for a in record["argv"]]
-        out = Path(record["out"])
+        # Version 1 stored absolute paths; version 2 stores them relative to "origin", the folder that
+        # held OUT and OUT.partial when the run started (Path's "/" keeps an absolute path as it is).
+        recorded_out = Path(record["out"])
+        origin = Path(record.get("origin") or recorded_out.parent)
+        cwd = record.get("cwd")
+        if not (origin.is_absolute() and (cwd is None or isinstance(cwd, str))):
+            raise ValueError("no absolute origin folder")
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise UserError(
             f"--resume {folder}: {partial / RUN_RECORD} is corrupt ({err}); nothing was changed"
@@ -166,15 +189,25 @@ def resume_args(args: argparse.Namespace) -> tuple[Path, argparse.Namespace]:
     saved = build_parser().parse_args(argv)
     if saved.command != "fit" or saved.resume is not None:
         raise UserError(f"--resume {folder}: {partial / RUN_RECORD} is not a record of '{PROG} fit'")
-    if partial_dir(out).absolute() != partial.absolute():
-        raise UserError(f"--resume {folder}: {partial} does not belong to the output folder {out}")
-    # Paths on the saved command line are relative to where it was typed.
-    cwd = record.get("cwd")
-    if saved.data is not None and isinstance(cwd, str) and not Path(saved.data).expanduser().is_absolute():
-        saved.data = str(Path(cwd) / saved.data)
+    # The run's folders may have moved since: OUT is wherever OUT.partial now is.
+    here = Path(os.path.realpath(os.path.abspath(partial))).parent
+    out = here / os.path.relpath(origin / recorded_out, origin)
+    if partial_dir(out) != Path(os.path.realpath(os.path.abspath(partial))):
+        raise UserError(
+            f"--resume {folder}: {partial} does not belong to the output folder {origin / recorded_out}"
+        )
+    if saved.data is not None:
+        # A relative data path is relative to where the command was typed. The data file is looked for
+        # where it now is if it moved along with the run's folders, else where it was.
+        data = Path(saved.data).expanduser()
+        typed_in = Path.cwd() if cwd is None else origin / cwd
+        then = Path(os.path.normpath(data if data.is_absolute() else typed_in / data))
+        moved = Path(os.path.normpath(here / os.path.relpath(then, origin)))
+        saved.data = str(moved if moved.exists() or not then.exists() else then)
     saved.quiet = saved.quiet or args.quiet
     saved.argv = argv
     saved.out = out
+    check_output_free(folder, partial, out, saved.overwrite)
     return partial, saved
 
 
@@ -192,11 +225,40 @@ def check_resumable(partial: Path, folder: Path, out: Path, overwrite: bool) -> 
                 f"continue; run the same fit again without --resume (it starts afresh)"
             ) from None
         raise UserError(f"--resume {folder}: cannot continue: {err}; nothing was changed") from None
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise UserError(
-            f"--resume {folder}: the output folder {out} exists and is not empty; the sampling is kept in "
-            f"{partial}: move {out} away, then run --resume again"
-        )
+    check_output_free(folder, partial, out, overwrite)
+
+
+def check_output_free(folder: Path, partial: Path, out: Path, overwrite: bool) -> None:
+    """Refuse to resume into an output folder that the resumed run may not fill.
+
+    ``out`` may be missing or empty, or, when the run was started with ``--overwrite``, hold an earlier
+    result of this program and nothing else. The advice is one that works with ``--resume``, which takes
+    no other option.
+
+    Raises:
+        UserError: ``out`` holds files the run may not replace (with ``--overwrite``, the message names
+            one it did not write).
+    """
+    from bayes_rbfn.io.output import foreign_entries
+
+    try:
+        filled = out.is_dir() and any(out.iterdir())
+    except OSError:
+        return  # prepare_output_dir reports a folder that cannot be listed
+    if not filled:
+        return
+    if not overwrite:
+        why = "exists and is not empty"
+    else:
+        foreign = foreign_entries(out, limit=1)
+        if not foreign:
+            return
+        why = f"holds {foreign[0]}, which this program did not write"
+    raise UserError(
+        f"--resume {folder}: the output folder {out} {why}, so the resumed run may not replace it; the "
+        f"sampling is kept in {partial}: move {out} away (or empty it), then run "
+        f"'{PROG} fit --resume {folder}' again"
+    )
 
 
 def _fit_defaults() -> dict:

@@ -112,11 +112,23 @@ def scaled_sqdist(X1: jax.Array, X2: jax.Array, lengthscale: jax.Array) -> jax.A
     return jnp.sum(diff * diff, axis=-1)
 
 
+def _real_parameter(cls_name: str, name: str, value: Any) -> np.ndarray:
+    """A concrete hyperparameter as a float array; ``ValueError`` naming it when it is not made of real
+    numbers (a string, a complex number, a bool, an object)."""
+    try:
+        arr = np.asarray(value)
+    except Exception as err:  # pragma: no cover - exotic objects
+        raise ValueError(f"{cls_name}: {name} must be a real number, got {value!r}") from err
+    if arr.dtype.kind not in "iuf":
+        raise ValueError(f"{cls_name}: {name} must be a real number (or an array of them), got {value!r}")
+    return arr.astype(float)
+
+
 def check_positive_parameter(cls_name: str, name: str, value: Any) -> None:
     """Raise ``ValueError`` when a concrete hyperparameter is not finite and positive."""
     if not is_concrete(value):
         return
-    arr = np.asarray(value, dtype=float)
+    arr = _real_parameter(cls_name, name, value)
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{cls_name}: {name} must be finite, got {value!r}")
     if not np.all(arr > 0):
@@ -127,7 +139,7 @@ def check_nonnegative_parameter(cls_name: str, name: str, value: Any) -> None:
     """Raise ``ValueError`` when a concrete hyperparameter is not finite and ≥ 0."""
     if not is_concrete(value):
         return
-    arr = np.asarray(value, dtype=float)
+    arr = _real_parameter(cls_name, name, value)
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{cls_name}: {name} must be finite, got {value!r}")
     if not np.all(arr >= 0):

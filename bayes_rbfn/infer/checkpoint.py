@@ -30,6 +30,7 @@ import hashlib
 import io
 import json
 import os
+import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,9 +45,11 @@ from bayes_rbfn.io.output import atomic_write_bytes
 __all__ = [
     "CHECKPOINT_FILE",
     "DEFAULT_CHUNK_SIZE",
+    "FILE_OVERHEAD",
     "Checkpoint",
     "CheckpointError",
     "CheckpointInfo",
+    "checkpoint_bytes",
     "fingerprint",
     "read_checkpoint",
     "write_manifest",
@@ -84,6 +87,25 @@ def fingerprint(arrays: Any, settings: Mapping[str, Any]) -> dict:
         digest.update(str((a.dtype.str, a.shape)).encode())
         digest.update(a.tobytes())
     return {"inputs_sha256": digest.hexdigest(), **json.loads(json.dumps(dict(settings), sort_keys=True))}
+
+
+#: Bytes a checkpoint file takes besides its numbers: a 4 KiB block of the file system, which also holds
+#: the npz headers of the dozen or so arrays of a chunk file (2.4 KB for 1 iteration of a 1-chain fit).
+FILE_OVERHEAD = 4096
+
+
+def checkpoint_bytes(*, chains: int, draws: int, warmup: int, params: int, chunk_size: int) -> int:
+    """Bytes on disk of a finished checkpoint folder, roughly from above: one chunk file per chunk that
+    holds kept iterations (``params`` values and the :data:`~bayes_rbfn.infer.sampler.STAT_FIELDS` per
+    draw and chain), two sampler states (the new one is written before the old one is removed; position,
+    momentum, gradient and up to four dense ``params × params`` matrices per chain) and the
+    manifest, each file with :data:`FILE_OVERHEAD`."""
+    total = warmup + draws
+    chunk_files = total // chunk_size - warmup // chunk_size + (1 if total % chunk_size else 0)
+    chunks = chunk_files * FILE_OVERHEAD + 8 * chains * draws * (params + 6)
+    states = 2 * (FILE_OVERHEAD + 8 * chains * (4 * params * params + 8 * params + 32))
+    manifest = FILE_OVERHEAD + 100 * (chunk_files + 1)
+    return chunks + states + manifest
 
 
 def _sha256(path: Path) -> str:
@@ -127,17 +149,78 @@ def _manifest_problem(record: Mapping[str, Any]) -> str:
         step = name.removeprefix("state-").removeprefix("chunk-").removesuffix(".npz")
         if name == step or not step.isdigit() or int(step) > done:
             return f"file {name!r} does not belong to a run at iteration {done}"
+        if name != f"{name[:6]}{int(step):07d}.npz":
+            return f"file {name!r} is not named as this program names its files"
     if done and f"state-{done:07d}.npz" not in files:
         return f"no sampler state listed for iteration {done}"
+    states = sorted(n for n in files if n.startswith("state-") and n != f"state-{done:07d}.npz")
+    if states:
+        return f"{states[0]} is listed besides the sampler state of iteration {done}"
     return ""
+
+
+def _kept_from(record: Mapping[str, Any]) -> int | str:
+    """The first kept (post-warm-up) iteration of the run a manifest describes: ``total − draws + 1``,
+    from the draws per chain its fingerprint records; or a string saying why the manifest does not
+    tell."""
+    total, draws = record["total_iterations"], record["fingerprint"].get("draws")
+    if isinstance(draws, bool) or not isinstance(draws, int) or not 1 <= draws <= total:
+        return f"its fingerprint records no number of draws within 1..{total}: {draws!r}"
+    warmup = record["fingerprint"].get("warmup", total - draws)
+    if warmup != total - draws:
+        return f"warm-up {warmup!r} + draws {draws} is not total_iterations {total}"
+    return total - draws + 1
+
+
+def _chunk_length(path: Path) -> int | None:
+    """Iterations in the chunk file ``path`` (the second axis of every array in it), or None when its
+    arrays disagree or it cannot be read."""
+    try:
+        with np.load(path) as chunk:
+            lengths = {np.shape(chunk[key])[1] for key in chunk.files if np.ndim(chunk[key]) >= 2}
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        return None
+    return lengths.pop() if len(lengths) == 1 else None
+
+
+def _coverage_problem(folder: Path, files: Mapping[str, str], done: int, kept_from: int) -> str:
+    """What is wrong with the chunks a manifest lists, or "": together they must hold every kept
+    iteration from ``kept_from`` to ``done`` once, in order, and nothing else (files already hashed)."""
+    chunks = sorted((int(n[6:13]), n) for n in files if n.startswith("chunk-"))
+    expected = kept_from  # the first iteration the next chunk must start with
+    for end, name in chunks:
+        if end < kept_from:
+            return f"{name} ends in the warm-up, whose iterations are not kept (draws start at {kept_from})"
+        length = _chunk_length(folder / name)
+        if length is None or length < 1:
+            return f"{name} holds no readable draws"
+        start = end - length + 1
+        if start > expected:
+            return f"no draws are listed for {_iterations(expected, start - 1)}"
+        if start < expected:
+            return f"{name} repeats {_iterations(start, min(end, expected - 1))}"
+        expected = end + 1
+    if expected <= done:
+        return f"no draws are listed for {_iterations(expected, done)}"
+    return ""
+
+
+def _iterations(first: int, last: int) -> str:
+    return f"iteration {first}" if first == last else f"iterations {first}–{last}"
 
 
 def read_checkpoint(folder: str | os.PathLike[str]) -> CheckpointInfo:
     """Read and verify the checkpoint folder ``folder`` (nothing in it is changed).
 
+    The chunks listed must hold every kept iteration — from ``total_iterations − draws + 1`` (the
+    fingerprint records the draws per chain) to ``iterations_done`` — exactly once, with no gap, overlap
+    or extra chunk, and the one sampler state listed must be that of ``iterations_done``; the counter
+    inside that state is compared on :meth:`Checkpoint.resume`.
+
     Raises:
         CheckpointError: no such folder, no ``checkpoint.json`` (not a checkpoint), a foreign or newer
-            format, unreadable JSON, or a listed file that is missing or whose SHA-256 differs (corrupt).
+            format, unreadable JSON, a manifest whose files do not match its progress (see above), or a
+            listed file that is missing or whose SHA-256 differs (corrupt).
     """
     folder = Path(folder)
     manifest = folder / CHECKPOINT_FILE
@@ -154,6 +237,9 @@ def read_checkpoint(folder: str | os.PathLike[str]) -> CheckpointInfo:
     if record.get("version") != VERSION:
         raise CheckpointError(f"{folder}: checkpoint version {record.get('version')!r}, expected {VERSION}")
     problem = _manifest_problem(record)
+    kept_from = _kept_from(record) if not problem else 0
+    if isinstance(kept_from, str):
+        problem = kept_from
     if problem:
         raise CheckpointError(f"{folder}: {CHECKPOINT_FILE} is corrupt ({problem})")
     files = dict(record["files"])
@@ -170,6 +256,9 @@ def read_checkpoint(folder: str | os.PathLike[str]) -> CheckpointInfo:
             raise CheckpointError(f"{folder}: checkpoint file {name} is missing")
         if _sha256(path) != expected:
             raise CheckpointError(f"{folder}: checkpoint file {name} is corrupt (its SHA-256 differs)")
+    problem = _coverage_problem(folder, files, info.iterations_done, int(kept_from))
+    if problem:
+        raise CheckpointError(f"{folder}: {CHECKPOINT_FILE} is corrupt ({problem})")
     return info
 
 
@@ -205,8 +294,9 @@ class Checkpoint:
         """(iterations done, state to continue from): ``(0, initial_state)`` for a fresh folder.
 
         Raises:
-            CheckpointError: the folder holds a checkpoint of a different run, a corrupt one, other files,
-                or a state that does not fit ``initial_state``'s structure.
+            CheckpointError: the folder holds a checkpoint of a different run, a corrupt one (see
+                :func:`read_checkpoint`; also a state whose own iteration counter is not the manifest's),
+                other files, or a state that does not fit ``initial_state``'s structure.
         """
         done, state = 0, initial_state
         if self.folder.is_dir() and any(self.folder.iterdir()):
@@ -221,9 +311,23 @@ class Checkpoint:
                     f"{self.folder}: the checkpoint is of a different run ({', '.join(differ)} differ; "
                     "inputs_sha256 covers the data and priors, chain_method how the chains run)"
                 )
-            done, self.files = info.iterations_done, dict(info.files)
+            if info.total_iterations != self.total:
+                raise CheckpointError(
+                    f"{self.folder}: the checkpoint is of a run of {info.total_iterations} iterations, "
+                    f"not {self.total}"
+                )
+            done = info.iterations_done
             leaves, treedef = jax.tree_util.tree_flatten(initial_state)
             state = _load_state(self.folder / f"state-{done:07d}.npz", leaves, treedef)
+            # The sampler's own iteration counter (NumPyro's HMCState.i) travels inside the state file.
+            counter = getattr(state, "i", None)
+            if counter is not None and not np.all(np.asarray(counter) == done):
+                raise CheckpointError(
+                    f"{self.folder}: {CHECKPOINT_FILE} is corrupt (it lists state-{done:07d}.npz as the "
+                    f"state after iteration {done}, but that state is after iteration "
+                    f"{', '.join(map(str, np.unique(np.asarray(counter))))})"
+                )
+            self.files = dict(info.files)
         self.folder.mkdir(parents=True, exist_ok=True)
         return done, state
 

@@ -27,6 +27,7 @@ __all__ = [
     "ConvergenceReport",
     "ConvergenceWarning",
     "check_convergence",
+    "posterior_summary",
     "psis_loo",
     "warn_if_poor",
 ]
@@ -126,6 +127,32 @@ def warn_if_poor(report: ConvergenceReport) -> None:
     """Issue a :class:`ConvergenceWarning` that says what to do when the diagnostics are poor."""
     if not report.ok:
         warnings.warn(report.verdict(), ConvergenceWarning, stacklevel=3)
+
+
+def posterior_summary(idata: Any, var_names: list[str]) -> Any:
+    """``az.summary`` of the posterior's ``var_names`` (a pandas DataFrame, unrounded), in the data's units
+    at any scale float64 holds.
+
+    ArviZ's Monte-Carlo standard error of the sd takes fourth powers of the draws, which overflow beyond
+    ~1e77 (a kernel variance when the targets are ~1e50), leaving ``mcse_sd`` empty. So mean, sd and HDI
+    come from the draws as they are, and the diagnostics (``mcse_mean``, ``mcse_sd``, ESS, r_hat) from
+    each element's draws divided by its largest magnitude, the standard errors multiplied back (ESS and
+    r_hat do not depend on the scale). ArviZ's warnings (one chain has no r_hat) are not passed on.
+    """
+    import pandas as pd
+
+    post = idata.posterior[list(var_names)]
+    scale = abs(post).max(dim=("chain", "draw"))
+    scale = scale.where(np.isfinite(scale) & (scale > 0), 1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        stats = az.summary(post, kind="stats", round_to="none")
+        diagnostics = az.summary(post / scale, kind="diagnostics", round_to="none")
+    # az.summary's rows: the variables in order, each one's elements in C order, as ravel gives them.
+    factor = np.concatenate([np.ravel(scale[name].values) for name in var_names])
+    for column in ("mcse_mean", "mcse_sd"):
+        diagnostics[column] = diagnostics[column].to_numpy() * factor
+    return pd.concat([stats, diagnostics], axis=1)
 
 
 def psis_loo(idata: Any) -> tuple[Any | None, str]:

@@ -44,6 +44,12 @@ _TINY_NOISE = 1e-8
 #: A pinned lengthscale outside [1e-6, 1e6] × the input range makes K_uu numerically rank one or diagonal.
 _LENGTHSCALE_RATIO = 1e6
 
+#: A fixed prior mean this many target sds from the targets' mean is reported as a cause.
+_MEAN_SDS = 1e6
+
+#: The same for a count or 0/1 model, in units of its latent (log-rate or log-odds) scale.
+_MEAN_LINK_DISTANCE = 100.0
+
 
 class DegenerateModelError(ValueError):
     """The model has no point with a finite log density that NUTS could start from."""
@@ -82,6 +88,9 @@ def explain_degenerate(problem: Any, jitter: float | None) -> DegenerateModelErr
                 f"{coincident} inducing inputs coincide with others, so K_uu is singular with {with_jitter}: "
                 "give distinct Z, fewer inducing inputs, or a larger jitter"
             )
+    far_mean = _far_fixed_mean(problem, y, y_sd)
+    if far_mean:
+        causes.append(far_mean)
     spread = np.ptp(X, axis=0)
     for name, value in fixed.items():
         if "lengthscale" not in name:
@@ -106,6 +115,28 @@ def explain_degenerate(problem: Any, jitter: float | None) -> DegenerateModelErr
     return DegenerateModelError(
         f"the {problem.spec.name!r} model has no parameter values with a finite log density for NUTS to "
         f"start from: {hint}"
+    )
+
+
+def _far_fixed_mean(problem: Any, y: np.ndarray, y_sd: float) -> str:
+    """The cause to report when the fixed prior mean (``mean=`` a number; ``--mean``) lies so far from the
+    targets that the likelihood of the centred targets cannot be finite; else ''."""
+    if problem.config.mean != "constant" or "y_offset" not in problem.data or y.size == 0:
+        return ""
+    offset = np.asarray(problem.data["y_offset"], dtype=float)
+    likelihood = problem.config.likelihood
+    identity = getattr(likelihood, "link", "identity") == "identity"
+    reference = float(np.mean(y)) if identity else float(likelihood.constant_mean(y))
+    # On the link scale of counts and labels f is of order one, and exp(f) overflows past ~700.
+    limit = _MEAN_SDS * max(y_sd, np.finfo(float).tiny) if identity else _MEAN_LINK_DISTANCE
+    distance = float(np.max(np.abs(offset - reference)))
+    if distance <= limit:
+        return ""
+    where = "the targets' mean" if identity else "the link of the targets' mean"
+    return (
+        f"the prior mean is fixed at {float(np.ravel(offset)[0]):.3g} (mean=, --mean on the command line), "
+        f"{distance:.3g} from {where} {reference:.3g} (targets of sd {y_sd:.3g}): give a mean near the "
+        "data, or 'constant' (the data's mean)"
     )
 
 

@@ -37,9 +37,9 @@ import numpy as np
 import scipy.optimize
 from numpyro.infer import NUTS, init_to_median, init_to_value
 
-from bayes_rbfn.defaults import INITS, MAP_START_MIN_POINTS
+from bayes_rbfn.defaults import INITS, MAP_START_MIN_POINTS, MAX_TREE_DEPTH
 from bayes_rbfn.gp.validation import check_positive_int
-from bayes_rbfn.infer.checkpoint import DEFAULT_CHUNK_SIZE, Checkpoint
+from bayes_rbfn.infer.checkpoint import DEFAULT_CHUNK_SIZE, Checkpoint, CheckpointError
 from bayes_rbfn.infer.programs import by_program
 from bayes_rbfn.runtime import single_threaded_blas
 
@@ -83,7 +83,7 @@ class SamplerSettings:
         target_accept, dense_mass, max_tree_depth: NUTS's target acceptance probability, dense (True) or
             diagonal (False) mass matrix — None: dense when the model samples at most
             :data:`DENSE_MASS_MAX_PARAMS` unconstrained values, else diagonal — and at most 2^depth − 1
-            leapfrog steps per draw.
+            leapfrog steps per draw (depth 1 … :data:`~bayes_rbfn.defaults.MAX_TREE_DEPTH`).
         init: ``"median"`` (NumPyro's prior-median start, identity mass matrix), ``"map"`` (the
             posterior mode and a Laplace mass matrix, :func:`laplace_start`) or ``"auto"``: ``"map"``
             for :data:`~bayes_rbfn.defaults.MAP_START_MIN_POINTS` data points or more, else
@@ -113,6 +113,11 @@ class SamplerSettings:
     def __post_init__(self) -> None:
         for name in ("chains", "draws", "warmup", "max_tree_depth", "chunk_size"):
             check_positive_int(getattr(self, name), name)
+        if self.max_tree_depth > MAX_TREE_DEPTH:
+            raise ValueError(
+                f"max_tree_depth: must be at most {MAX_TREE_DEPTH} (a tree of depth d takes up to 2^d − 1 "
+                f"leapfrog steps per draw), got {self.max_tree_depth!r}"
+            )
         if (
             isinstance(self.seed, bool)
             or not isinstance(self.seed, int | np.integer)
@@ -622,7 +627,13 @@ def _run(init, advance, keys, model_args, settings, store=None, on_chunk=None) -
         if bar is not None:
             bar.close()
     if store is not None:
-        return store.draws()
+        collected = store.draws()
+        got = {np.shape(a)[1] for a in jax.tree_util.tree_leaves(collected)}
+        if got != {settings.draws}:  # read_checkpoint's checks make this unreachable; never return fewer
+            raise CheckpointError(
+                f"{store.folder}: the checkpoint holds {sorted(got)} draws per chain, not {settings.draws}"
+            )
+        return collected
     return jax.tree_util.tree_map(lambda *parts: np.concatenate(parts, axis=1), *kept)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fnmatch
 import json
 import os
 import secrets
@@ -36,14 +37,35 @@ __all__ = [
     "atomic_replace",
     "atomic_write_bytes",
     "default_output_dir",
+    "foreign_entries",
     "free_space",
     "output_lock",
     "prepare_output_dir",
     "remove_leftovers",
 ]
 
-#: The file written into every output folder; ``--overwrite`` replaces only a folder that holds it.
+#: The file written into every output folder, listing the files written there (its manifest);
+#: ``--overwrite`` replaces only a folder that holds it and nothing but the files it lists.
 MARKER = ".bayes-rbfn-output"
+
+#: What the output folders of versions whose marker lists no files held (``fit``, ``compare``, ``sbc``).
+_UNLISTED_RESULTS = (
+    "inference.nc",
+    "inference_*.nc",
+    "summary.csv",
+    "predictions.csv",
+    "backtest.csv",
+    "comparison.csv",
+    "ranks.csv",
+    "statistics.csv",
+    "statistics.json",
+    "report.txt",
+    "trace.png",
+    "rank.png",
+    "predictive.png",
+    "comparison.png",
+    "ecdf.png",
+)
 
 #: File systems whose files are the kernel's, not the user's: never a place for results.
 _SYSTEM_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
@@ -62,7 +84,9 @@ def prepare_output_dir(
     """Check that results may be written to the folder ``out``; nothing is created or changed.
 
     Accepted: ``out`` does not exist (its parent is created later), exists as an empty folder, or exists
-    as a folder that an earlier run wrote (it holds :data:`MARKER`) and ``overwrite`` is True.
+    as a folder that an earlier run wrote and ``overwrite`` is True: it holds :data:`MARKER` and nothing
+    but the files that marker lists (:func:`foreign_entries`). A symbolic link is followed: the checks
+    are of the folder it points to, where the results will go.
 
     Args:
         out: the output folder.
@@ -72,14 +96,13 @@ def prepare_output_dir(
 
     Raises:
         InputError: ``out`` is a file (or other non-folder); holds the current directory or a protected
-            file; is non-empty without ``overwrite`` ("use --overwrite"), or with ``overwrite`` but not a
-            folder this program wrote; lies in /proc, /sys or /dev; has a name too long for the file
-            system once the hidden sibling's suffix is added; or its nearest existing parent is a file or
-            not writable.
+            file; is non-empty without ``overwrite`` ("use --overwrite"), or with ``overwrite`` but holds
+            an entry this program did not write (the message names it); lies in /proc, /sys or /dev; has
+            a name too long for the file system once the hidden sibling's suffix is added; or its nearest
+            existing parent is a file or not writable ("permission denied", "read-only file system").
     """
     out = Path(out)
-    here = Path(os.path.abspath(out))
-    resolved = here.resolve()
+    resolved = _real(out)
     if any(resolved == root or root in resolved.parents for root in _SYSTEM_ROOTS):
         raise InputError(f"output folder {out}: {resolved} is a system folder, not a place for results")
     cwd = Path.cwd().resolve()
@@ -95,31 +118,129 @@ def prepare_output_dir(
                 f"output folder {out}: it holds the input file {path}, which is never replaced; choose "
                 "another --out"
             )
-    longest = _name_max(_nearest_existing(here.parent)) - _SIBLING_EXTRA
-    if len(os.fsencode(here.name)) > longest:
+    longest = _name_max(_nearest_existing(resolved.parent)) - _SIBLING_EXTRA
+    if len(os.fsencode(resolved.name)) > longest:
         raise InputError(
-            f"output folder {out}: the name is too long ({len(os.fsencode(here.name))} bytes; with the "
+            f"output folder {out}: the name is too long ({len(os.fsencode(resolved.name))} bytes; with the "
             f"suffixes this program adds it must stay within {longest}); choose a shorter --out"
         )
-    if out.exists() or out.is_symlink():
-        if not out.is_dir():
+    if resolved.exists() or resolved.is_symlink():
+        if not resolved.is_dir():
             raise InputError(f"output folder {out}: exists and is not a folder; choose another --out")
-        if any(out.iterdir()):
+        if any(resolved.iterdir()):
             if not overwrite:
                 raise InputError(
                     f"output folder {out}: exists and is not empty; use --overwrite to replace an earlier "
                     "result of this program there, or choose another --out"
                 )
-            if not (out / MARKER).is_file():
+            foreign = foreign_entries(resolved, limit=4)
+            if foreign:
+                shown = ", ".join(foreign[:3]) + (", …" if len(foreign) > 3 else "")
                 raise InputError(
-                    f"output folder {out}: exists and holds files this program did not write (no {MARKER} "
-                    "file), so --overwrite will not delete it; choose another --out"
+                    f"output folder {out}: holds {shown}, which this program did not write, so --overwrite "
+                    "will not delete the folder; move what you keep out of it, or choose another --out"
                 )
-    parent = _nearest_existing(here.parent)
+    parent = _nearest_existing(resolved.parent)
     if not parent.is_dir():
         raise InputError(f"output folder {out}: {parent} is a file, not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise InputError(f"output folder {out}: cannot write in {parent} (permission denied)")
+        raise InputError(f"output folder {out}: cannot write in {parent} ({_unwritable(parent)})")
+
+
+def foreign_entries(out: str | os.PathLike[str], limit: int | None = None) -> list[str]:
+    """The entries below the folder ``out`` that this program did not write there.
+
+    An entry is this program's when the folder's :data:`MARKER` lists it (or a file below it); symbolic
+    links are not followed. A marker of an older version, which lists no files, vouches for the result
+    files those versions wrote, by name, at the top of the folder. Without a marker every entry is foreign.
+
+    Args:
+        out: an existing folder.
+        limit: stop after this many entries (None: all of them).
+
+    Returns:
+        Paths relative to ``out``, '/'-separated, a folder's with a trailing '/' (its contents are not
+        listed); folder by folder from the top, in each its files and then its folders, by name. Empty
+        when ``out`` holds nothing but this program's files.
+    """
+    out = Path(out)
+    listed = _listed(out)
+    found: list[str] = []
+    for top, folders, files in os.walk(out):
+        folders.sort()
+        rel = Path(top).relative_to(out)
+        for name in sorted(files):
+            path = (rel / name).as_posix()
+            if path != MARKER and not _written(path, listed):
+                found.append(path)
+        for name in list(folders):
+            path = (rel / name).as_posix()
+            if (Path(top) / name).is_symlink():  # os.walk lists a link to a folder among the folders
+                folders.remove(name)
+                if not _written(path, listed):
+                    found.append(path)
+            elif not _written(path, listed):
+                folders.remove(name)
+                found.append(path + "/")
+        if limit is not None and len(found) >= limit:
+            return found[:limit]
+    return found
+
+
+def _listed(out: Path) -> set[str] | None:
+    """The paths the marker of ``out`` lists, with every folder above them; None for a marker that lists
+    none (an older version's); an empty set without a readable marker."""
+    try:
+        record = json.loads((out / MARKER).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return set() if not (out / MARKER).is_file() else None
+    files = record.get("files") if isinstance(record, dict) else None
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        return None
+    listed = set(files)
+    for path in files:
+        listed.update(parent.as_posix() for parent in Path(path).parents if parent != Path("."))
+    return listed
+
+
+def _written(path: str, listed: set[str] | None) -> bool:
+    if listed is None:
+        return "/" not in path and any(fnmatch.fnmatchcase(path, name) for name in _UNLISTED_RESULTS)
+    return path in listed
+
+
+def _written_files(folder: Path) -> list[str]:
+    """Every entry below ``folder`` but the marker, relative and '/'-separated, sorted (the manifest)."""
+    entries = []
+    for top, folders, files in os.walk(folder):
+        rel = Path(top).relative_to(folder)
+        entries += [(rel / name).as_posix() for name in (*folders, *files)]
+    return sorted(e for e in entries if e != MARKER)
+
+
+def _real(path: str | os.PathLike[str]) -> Path:
+    """``path`` absolute with every symbolic link resolved (as far as it exists): where files really go."""
+    return Path(os.path.realpath(os.path.abspath(path)))
+
+
+def _unwritable(folder: Path) -> str:
+    """Why the folder ``folder`` cannot be written: on a read-only file system, or permission denied."""
+    # access(2) fails with EROFS on a read-only mount, even for root, but os.access only says False.
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return "read-only file system"
+    except (OSError, AttributeError):  # AttributeError: no statvfs (Windows)
+        pass
+    return "permission denied"
+
+
+def _reason(err: OSError) -> str:
+    """The system's reason for ``err`` in a few lower-case words, e.g. "read-only file system"."""
+    if err.errno == errno.EROFS:
+        return "read-only file system"
+    if err.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    return str(err.strerror or err)
 
 
 def _name_max(folder: Path) -> int:
@@ -167,7 +288,9 @@ def atomic_output_dir(
     into place (say ``out`` was filled by another program meanwhile), it is kept and the InputError
     names it, so a long run is not lost.
 
-    The finished folder also gets :data:`MARKER`, which lets a later ``overwrite`` replace it.
+    The finished folder also gets :data:`MARKER`, listing every file written into it, which lets a later
+    ``overwrite`` replace it as long as it holds nothing else. When ``out`` is a symbolic link, the folder
+    it points to is the one written (the link stays).
 
     Args:
         out: the final output folder.
@@ -180,12 +303,12 @@ def atomic_output_dir(
     Raises:
         InputError: as :func:`prepare_output_dir`, or when the temporary folder cannot be created.
     """
-    out = Path(out).absolute()
+    out = _real(out)
     prepare_output_dir(out, overwrite, protect)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise InputError(f"output folder {out}: cannot create {out.parent} ({err.strerror or err})") from err
+        raise InputError(f"output folder {out}: cannot create {out.parent} ({_reason(err)})") from err
     # os.mkdir (not tempfile.mkdtemp, which makes mode 0o700) so the final folder gets the user's umask.
     while True:
         tmp = _sibling(out, "tmp")
@@ -196,12 +319,18 @@ def atomic_output_dir(
             continue
         except OSError as err:
             raise InputError(
-                f"output folder {out}: cannot create a folder in {out.parent} ({err.strerror or err})"
+                f"output folder {out}: cannot create a folder in {out.parent} ({_reason(err)})"
             ) from err
 
     try:
         yield tmp
-        marker = {"format": "bayes_rbfn.output", "written": datetime.now().isoformat(timespec="seconds")}
+        marker = {
+            "format": "bayes_rbfn.output",
+            "version": 2,
+            "written": datetime.now().isoformat(timespec="seconds"),
+            # The manifest: what a later --overwrite may delete, relative so the folder can move.
+            "files": _written_files(tmp),
+        }
         (tmp / MARKER).write_text(json.dumps(marker) + "\n", encoding="utf-8")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -247,6 +376,9 @@ def output_lock(out: str | os.PathLike[str]) -> Iterator[Path]:
     dies, so a lock left by a killed run is stale by construction and is taken over; where ``flock`` is
     missing, a lock whose pid is gone on this host is stale. The file is removed when the block ends.
 
+    The lock is keyed on the real path of ``out``: every symbolic link resolved, so two runs that name
+    one folder by different paths (a link and its target) share one lock.
+
     Yields:
         The lock file's path.
 
@@ -254,18 +386,18 @@ def output_lock(out: str | os.PathLike[str]) -> Iterator[Path]:
         OutputInUse: a live run holds the lock (the message names its pid and start).
         InputError: the lock file cannot be created next to ``out`` (a system folder, a read-only one, …).
     """
-    out = Path(out).absolute()
+    out = _real(out)
     lock = out.parent / f".{out.name}.lock"
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise InputError(f"output folder {out}: cannot create {out.parent} ({err.strerror or err})") from err
+        raise InputError(f"output folder {out}: cannot create {out.parent} ({_reason(err)})") from err
     while True:
         try:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as err:
             raise InputError(
-                f"output folder {out}: cannot create a file in {out.parent} ({err.strerror or err})"
+                f"output folder {out}: cannot create a file in {out.parent} ({_reason(err)})"
             ) from err
         try:
             _acquire(fd, lock, out)
@@ -307,7 +439,7 @@ def _acquire(fd: int, lock: Path, out: Path) -> None:
             return
         except OSError as err:
             if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise InputError(f"output folder {out}: cannot lock {lock} ({err.strerror or err})") from err
+                raise InputError(f"output folder {out}: cannot lock {lock} ({_reason(err)})") from err
     owner = _lock_owner(lock)
     if fcntl is None and not _alive(owner):
         return
@@ -354,7 +486,7 @@ def remove_leftovers(
     Returns:
         The paths removed.
     """
-    out = Path(out).absolute()
+    out = _real(out)
     removed: list[Path] = []
     if out.parent.is_dir():
         for path in sorted(out.parent.glob(f".{_glob_escape(out.name)}.old-*")):

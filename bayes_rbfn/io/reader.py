@@ -8,7 +8,8 @@ The file is read once, whole, into memory, so a pipe, a ``<(…)`` process subst
 (FIFO) is read as a file is; nothing is rewound or opened twice. Its encoding is decided for all of it:
 UTF-16 when it starts with a UTF-16 byte-order mark; UTF-8 (with or without a byte-order mark) when every
 byte of it is valid UTF-8; otherwise Windows-1252, the usual "Latin-1" of spreadsheet exports (Latin-1
-itself where a byte has no Windows-1252 character).
+itself where a byte has no Windows-1252 character). Other NUL bytes mean binary data, or UTF-16 without a
+byte-order mark when every other byte is NUL: refused, with a message that says which.
 
 Lines end with LF, CRLF or CR. Blank lines, and comment lines whose first non-blank character is ``#``
 (as in NOAA's data files), are skipped wherever they are, except inside a quoted field; a ``#`` later in
@@ -53,6 +54,10 @@ _MAX_CONTROL_FRACTION = 0.01
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f]")
 _LINE_END = re.compile(r"\r\n|\r|\n")
 _UTF16_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+#: Bytes inspected for UTF-16 without a byte-order mark, and the share of 2-byte units whose high byte
+#: must be NUL (ASCII text: digits, delimiters, a header; a few non-ASCII letters may not be).
+_UTF16_SNIFF_BYTES = 4096
+_UTF16_NUL_SHARE = 0.9
 #: Data lines that help choose the delimiter.
 _DELIMITER_SAMPLE = 20
 #: Bytes asked of a pipe or device per read.
@@ -309,6 +314,21 @@ def _read_stream(path: Path, message: str, on_wait: Callable[[str], None] | None
     return b"".join(chunks)
 
 
+def _utf16_without_bom(data: bytes) -> str | None:
+    """The byte order, ``"little-endian"`` or ``"big-endian"``, when the start of ``data`` reads as UTF-16
+    text of mostly ASCII characters without a byte-order mark (a NUL byte every other byte, the others
+    hardly ever); else None."""
+    sample = data[: 2 * (min(len(data), _UTF16_SNIFF_BYTES) // 2)]
+    pairs = len(sample) // 2
+    if pairs < 2:
+        return None
+    low, high = sample[0::2], sample[1::2]  # the first and second byte of each 2-byte unit
+    for order, zeros, text in (("little-endian", high, low), ("big-endian", low, high)):
+        if zeros.count(0) >= _UTF16_NUL_SHARE * pairs and text.count(0) < (1 - _UTF16_NUL_SHARE) * pairs:
+            return order
+    return None
+
+
 def _decode(path: Path, data: bytes) -> str:
     """The whole content as text, in the one encoding that holds for all of it (module docstring)."""
     if data.startswith(_UTF16_BOMS):
@@ -320,6 +340,11 @@ def _decode(path: Path, data: bytes) -> str:
                 f"({err.reason} at byte {err.start})"
             ) from err
     elif b"\x00" in data:
+        order = _utf16_without_bom(data)
+        if order:
+            raise InputError(
+                f"{path}: looks like UTF-16 ({order}) without a byte-order mark; save it as UTF-8"
+            )
         raise InputError(f"{path}: is not a CSV text file (it contains binary data, e.g. NUL bytes)")
     else:
         try:

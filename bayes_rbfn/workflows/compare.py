@@ -71,6 +71,7 @@ from bayes_rbfn.infer.fitting import fit, rebuild
 from bayes_rbfn.infer.predictive import mixture_moments, noise_draws
 from bayes_rbfn.infer.predictive import predict as posterior_predict
 from bayes_rbfn.infer.sampler import SamplerSettings
+from bayes_rbfn.io.netcdf import write_inference_data
 from bayes_rbfn.io.output import atomic_output_dir
 from bayes_rbfn.models import ModelSpec, get_model
 
@@ -353,7 +354,7 @@ class Comparison:
             self.table.to_csv(tmp / "comparison.csv", index_label="model")
             self.plot(tmp / "comparison.png")
             for name, idata in self.idatas.items():
-                idata.to_netcdf(str(tmp / f"inference_{name}.nc"))
+                write_inference_data(idata, tmp / f"inference_{name}.nc")
         return Path(folder)
 
     def _shared_Z(self) -> np.ndarray | None:

@@ -75,6 +75,7 @@ import scipy.stats
 from numpyro import handlers
 from numpyro.infer import Predictive
 
+from bayes_rbfn.defaults import MAX_TREE_DEPTH
 from bayes_rbfn.gp.validation import check_positive_int
 from bayes_rbfn.infer.sampler import chain_advance, chain_init, one_device_method
 
@@ -373,6 +374,8 @@ def _check_settings(
     """The checked counts of :func:`run_sbc` (positive integers, by name), the number of rank values
     L + 1 and the χ² bins; ``ValueError`` naming the first bad argument."""
     ints = {name: check_positive_int(value, name) for name, value in counts.items()}
+    if ints.get("max_tree_depth", 0) > MAX_TREE_DEPTH:
+        raise ValueError(f"max_tree_depth: must be at most {MAX_TREE_DEPTH}, got {ints['max_tree_depth']}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**63:
         raise ValueError(f"seed: must be a whole number in 0 … 2⁶³ − 1, got {seed!r}")
     if ints["num_inducing"] > ints["n"]:

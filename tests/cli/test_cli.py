@@ -9,11 +9,14 @@ the library's Woodbury path.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import arviz as az
@@ -242,19 +245,72 @@ def test_overwrite_replaces_an_existing_folder(snelson_run, tmp_path, capsys, mo
     out = tmp_path / "old"
     out.mkdir()
     (out / "notes.txt").write_text("old results")
-    argv = ["fit", "--dataset", "snelson", "--num-inducing", "8", "--quiet", "--out", out]
+    argv = ["fit", "--dataset", "snelson", "--num-inducing", "8", "--quiet", "--no-plots", "--out", out]
     status, _, stderr = run_cli(argv, capsys)
     assert status == 2 and "use --overwrite" in stderr
     assert listing(out) == {"notes.txt"}
-    # --overwrite replaces only an earlier result of this program (the marker every output folder gets)
+    # --overwrite replaces only what an earlier run of this program wrote (its marker lists the files)
     status, _, stderr = run_cli([*argv, "--overwrite"], capsys)
-    assert status == 2 and "holds files this program did not write" in stderr
+    assert status == 2 and "holds notes.txt, which this program did not write" in stderr
     assert listing(out) == {"notes.txt"}
-    (out / output.MARKER).write_text("{}")
+    (out / output.MARKER).write_text("{}")  # an older version's marker, which lists no files
+    status, _, stderr = run_cli([*argv, "--overwrite"], capsys)
+    assert status == 2 and "holds notes.txt, which this program did not write" in stderr
+    assert listing(out) == {"notes.txt", output.MARKER}
+    (out / "notes.txt").unlink()
+    (out / "inference.nc").write_bytes(b"an older version's result")
     status, _, _ = run_cli([*argv, "--overwrite"], capsys)
     assert status == 0
-    assert not (out / "notes.txt").exists() and (out / "inference.nc").exists()
-    assert (out / output.MARKER).is_file()
+    assert (out / "inference.nc").stat().st_size > 100 and (out / output.MARKER).is_file()
+
+
+def test_overwrite_keeps_what_the_user_added_to_an_earlier_result(snelson_run, tmp_path, capsys, monkeypatch):
+    """The issue's reproduction: a result, then the user's notes.txt and mydata/ in it; --overwrite refuses
+    (exit 2, one line naming them) and deletes nothing; without them it replaces the result."""
+    import bayes_rbfn.infer.fitting
+
+    idata = az.from_netcdf(snelson_run / "inference.nc")
+    monkeypatch.setattr(bayes_rbfn.infer.fitting, "fit", lambda *a, **k: idata)
+    out = tmp_path / "res"
+    argv = ["fit", "--dataset", "snelson", "--num-inducing", "8", "--quiet", "--no-plots", "--out", out]
+    assert run_cli(argv, capsys)[0] == 0
+    (out / "notes.txt").write_text("notes")
+    (out / "mydata").mkdir()
+    (out / "mydata" / "x.csv").write_text("t,y\n")
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    status, stdout, stderr = run_cli([*argv, "--overwrite"], capsys)
+    assert status == 2 and stdout == ""
+    assert stderr.count("\n") == 1 and stderr.startswith("bayes-rbfn: error: ")
+    assert "holds notes.txt, mydata/, which this program did not write" in stderr
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["res"]  # no lock, temporary or .partial left
+    shutil.rmtree(out / "mydata")
+    (out / "notes.txt").unlink()
+    assert run_cli([*argv, "--overwrite"], capsys)[0] == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [output.MARKER, "inference.nc", "predictions.csv", "report.txt", "summary.csv"]
+    )
+
+
+def test_a_storage_error_is_reported_in_one_line(snelson_run, tmp_path, capsys, monkeypatch):
+    """A full disk when inference.nc is created: HDF5's two-line message becomes one line; exit 74."""
+    import bayes_rbfn.infer.fitting
+
+    idata = az.from_netcdf(snelson_run / "inference.nc")
+    monkeypatch.setattr(bayes_rbfn.infer.fitting, "fit", lambda *a, **k: idata)
+
+    def full(self, filename, *args, **kwargs):
+        message = "Unable to create file (unable to open file: name = 'inference.nc')\nNo space left"
+        raise OSError(errno.ENOSPC, message, str(filename))
+
+    monkeypatch.setattr(az.InferenceData, "to_netcdf", full)
+    out = tmp_path / "res"
+    argv = ["fit", "--dataset", "snelson", "--num-inducing", "8", "--quiet", "--no-plots", "--out", out]
+    status, stdout, stderr = run_cli(argv, capsys)
+    assert status == 74 and stdout == ""
+    assert stderr.count("\n") == 1 and stderr.startswith("bayes-rbfn: error: "), stderr
+    assert "Unable to create file (unable to open file: name = 'inference.nc') No space left" in stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 # --------------------------------------------------------------------------------------------------
@@ -501,3 +557,48 @@ def test_readme_main_job_command_parses():
     )
     # The console script the README calls is the one pyproject declares.
     assert 'bayes-rbfn = "bayes_rbfn.cli:main"' in (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+
+
+# --------------------------------------------------------------------------------------------------
+# Targets at the edge of the accepted scales; a fixed mean far from the data
+
+TINY = ["--num-inducing", "8", "--chains", "1", "--draws", "100", "--warmup", "100", "--no-plots"]
+
+
+def _sine_csv(path: Path, scale: float) -> Path:
+    t = np.linspace(0.0, 10.0, 30)
+    y = scale * (np.sin(t) + 0.1 * np.random.default_rng(0).standard_normal(30))
+    pd.DataFrame({"t": t, "y": y}).to_csv(path, index=False)
+    return path
+
+
+def test_quiet_fit_of_targets_at_1e50_warns_nothing_and_fills_mcse_sd(tmp_path, capsys):
+    """y ~ 1e50 (an accepted scale; the kernel variance ~1e100, whose fourth powers overflow): --quiet
+    prints nothing on stderr and no RuntimeWarning escapes, and summary.csv's mcse_sd is filled, in the
+    data's units (between 1e-3 and 1 posterior sd)."""
+    csv = _sine_csv(tmp_path / "big.csv", 1e50)
+    argv = ["fit", csv, "--x", "t", "--y", "y", *TINY, "--quiet", "--out", tmp_path / "res"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        status, _, stderr = run_cli(argv, capsys)
+    assert status == 0, stderr
+    assert stderr == ""
+    escaped = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert not escaped, escaped
+    summary = pd.read_csv(tmp_path / "res" / "summary.csv", index_col="parameter")
+    assert summary["mcse_sd"].notna().all(), summary
+    ratio = summary["mcse_sd"] / summary["sd"]
+    assert np.all((ratio > 1e-3) & (ratio < 1.0)), summary
+    assert 1e48 < summary.loc["noise", "mean"] < 1e50  # σ = 0.1 × 1e50 generated the data
+
+
+def test_a_fixed_mean_far_from_the_data_names_the_mean_option(tmp_path, capsys):
+    """--mean 1e300 leaves no start with a finite log density: one line that names --mean, exit 2."""
+    csv, out = _sine_csv(tmp_path / "data.csv", 1.0), tmp_path / "res"
+    argv = ["fit", csv, "--x", "t", "--y", "y", *TINY, "--mean", "1e300", "--quiet", "--out", out]
+    status, _, stderr = run_cli(argv, capsys)
+    assert status == 2, stderr
+    errors = stderr.splitlines()
+    assert len(errors) == 1 and errors[0].startswith("bayes-rbfn: error: "), stderr
+    assert "--mean" in errors[0] and "priors= and fixed=" not in errors[0], errors[0]
+    assert not out.exists()

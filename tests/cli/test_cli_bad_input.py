@@ -8,6 +8,7 @@ makes any call of ``fit`` fail the test.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -208,6 +209,13 @@ def test_non_positive_counts(capsys, tmp_path, option, value):
     refuse(["fit", option, value], capsys, tmp_path, f"argument {option}", "positive whole number")
 
 
+@pytest.mark.parametrize("command", ["fit", "compare"])
+@pytest.mark.parametrize("value", ["31", "2147483648"])
+def test_tree_depth_beyond_what_nuts_counts(capsys, tmp_path, command, value):
+    """2^D − 1 leapfrog steps are counted in 32 bits: D ≤ 30."""
+    refuse([command, "--max-tree-depth", value], capsys, tmp_path, "argument --max-tree-depth", "≤ 30")
+
+
 @pytest.mark.parametrize(
     ("option", "name", "valid"),
     [
@@ -350,6 +358,50 @@ def test_overwrite_never_deletes_what_this_program_did_not_write(capsys, tmp_pat
         tmp_path,
         "did not write",
     )
+
+
+def earlier_result(folder: Path, *user_files: str) -> None:
+    """An output folder as a run of this program leaves it (its marker listing its files), plus files of
+    the user's."""
+    folder.mkdir()
+    (folder / "inference.nc").write_bytes(b"\x89HDF")
+    marker = {"format": "bayes_rbfn.output", "version": 2, "files": ["inference.nc"]}
+    (folder / output.MARKER).write_text(json.dumps(marker))
+    for name in user_files:
+        (folder / name).write_text("mine")
+
+
+@pytest.mark.parametrize("through", ["folder", "symlink"])
+def test_overwrite_refuses_an_earlier_result_holding_the_users_files(capsys, tmp_path, good_csv, through):
+    """--overwrite deletes only what the marker lists: a user's file in an earlier result is named and
+    kept, also when --out is a symbolic link to the folder."""
+    earlier_result(tmp_path / "res", "notes.txt")
+    (tmp_path / "olink").symlink_to("res")
+    out = "res" if through == "folder" else "olink"
+    refuse(fit_csv(good_csv, "--overwrite", out=out), capsys, tmp_path, "holds notes.txt", "did not write")
+
+
+def test_a_read_only_output_file_system_is_named(capsys, tmp_path, good_csv, monkeypatch):
+    """A read-only mount is "read-only file system", not "permission denied". The tests cannot mount
+    one (as root, chmod does not stop writes), so access(2) and statvfs(2) answer for tmp_path as the
+    kernel does on a read-only mount."""
+    real_access, real_statvfs = os.access, os.statvfs
+
+    def access(path, mode, *args, **kwargs):
+        if Path(path) == tmp_path and mode & os.W_OK:
+            return False
+        return real_access(path, mode, *args, **kwargs)
+
+    def statvfs(path):
+        result = real_statvfs(path)
+        if Path(path) != tmp_path:
+            return result
+        return type("StatVfs", (), {"f_flag": result.f_flag | os.ST_RDONLY})()
+
+    monkeypatch.setattr(output.os, "access", access)
+    monkeypatch.setattr(output.os, "statvfs", statvfs)
+    message = refuse(fit_csv(good_csv), capsys, tmp_path, "cannot write in", "(read-only file system)")
+    assert "permission denied" not in message
 
 
 @pytest.mark.parametrize("where", ["data-folder", "data-folder-parent"])

@@ -119,12 +119,21 @@ def second_run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 
 def test_a_second_run_on_a_live_output_folder_is_refused_and_the_first_finishes(tmp_path):
+    """Also when the second run names the folder through a symbolic link (the lock is the real path's)."""
     csv = write_data(tmp_path / "data.csv")
     out = tmp_path / "res"
+    out.mkdir()  # an empty folder, and a link to it
+    (tmp_path / "olink").symlink_to("res")
     first, go = start_blocked(tmp_path, fit_argv(csv, out))
     try:
         record = (tmp_path / "res.partial" / "run.json").read_bytes()
-        for argv in (fit_argv(csv, out), fit_argv(csv, out, "--overwrite"), ["fit", "--resume", str(out)]):
+        link = tmp_path / "olink"
+        for argv in (
+            fit_argv(csv, out),
+            fit_argv(csv, out, "--overwrite"),
+            ["fit", "--resume", str(out)],
+            fit_argv(csv, link),
+        ):
             started = time.monotonic()
             proc = second_run(argv, tmp_path)
             assert proc.returncode == 2, (argv, proc.stderr[-2000:])
@@ -144,7 +153,8 @@ def test_a_second_run_on_a_live_output_folder_is_refused_and_the_first_finishes(
     assert first.returncode == 0, stderr[-3000:]
     assert stderr == "", "--quiet (one chain): not even ArviZ's shape warning"
     assert (out / "inference.nc").is_file() and (out / output.MARKER).is_file()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.csv", "go", "reached", "res"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.csv", "go", "olink", "reached", "res"]
+    assert (tmp_path / "olink").is_symlink()
 
 
 def test_the_lock_of_a_killed_run_is_stale_and_taken_over(tmp_path, capsys):

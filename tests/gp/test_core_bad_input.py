@@ -192,3 +192,24 @@ def test_hyperparameter_errors_at_construction_name_the_argument():
         K.Exponential(variance=0.0)
     with pytest.raises(ValueError, match="period"):
         K.Periodic(period=np.nan)
+
+
+NOT_REAL = {
+    "string": "a",
+    "numeric-string": "0.5",
+    "complex": 1 + 2j,
+    "complex-array": np.array([0.3 + 0.1j, 0.5]),
+    "bool": True,
+    "object": object(),
+}
+
+
+@pytest.mark.parametrize("value", NOT_REAL.values(), ids=list(NOT_REAL))
+@pytest.mark.parametrize("name", ["lengthscale", "variance"])
+def test_hyperparameters_that_are_not_real_numbers_name_the_argument(name, value):
+    """A string, complex, bool or object hyperparameter: ValueError naming it, at construction and when a
+    kernel rebuilt as a pytree reaches an entry point."""
+    with pytest.raises(ValueError, match=rf"SquaredExponential: {name} must be a real number"):
+        K.SquaredExponential(**{name: value})
+    with pytest.raises(ValueError, match=rf"Exponential: {name} must be a real number"):
+        _call("sor", {"kernel": _rebuilt(GOOD["kernel"], **{name: value})})

@@ -4,6 +4,8 @@ convergence report words a one-chain run and its problems as sentences."""
 
 from __future__ import annotations
 
+import re
+
 import arviz as az
 import numpy as np
 import pytest
@@ -39,6 +41,33 @@ def test_a_degenerate_model_without_an_obvious_cause_still_says_where_to_look():
     message = str(explain_degenerate(problem, None))
     assert "'sor' model has no parameter values with a finite log density" in message
     assert "priors= and fixed=" in message and "inputs span" in message
+
+
+@pytest.mark.parametrize(
+    ("model", "kwargs", "needle"),
+    [
+        ("sor", dict(mean=1e300), r"prior mean is fixed at 1e\+300 \(mean=, --mean on the command line\)"),
+        ("sor", dict(mean=-1e200), r"prior mean is fixed at -1e\+200 \(mean=, --mean"),
+        ("rbfn", dict(mean=1e3, likelihood="poisson"), r"prior mean is fixed at 1e\+03 .* the link of the"),
+    ],
+    ids=["huge", "huge-negative", "poisson-log-rate"],
+)
+def test_a_fixed_mean_far_from_the_data_is_named(model, kwargs, needle):
+    """A fixed prior mean far beyond the targets makes every start's log density -inf: the message names
+    the mean (the argument and the CLI option), not priors= and fixed=."""
+    from bayes_rbfn.infer.failures import explain_degenerate
+
+    y = np.round(np.exp(Y)) if kwargs.get("likelihood") == "poisson" else Y
+    message = str(explain_degenerate(br.build_model(model, X, y, num_inducing=5, **kwargs), None))
+    assert re.search(needle, message), message
+    assert "priors= and fixed=" not in message
+
+
+def test_a_fixed_mean_near_the_data_is_not_blamed():
+    from bayes_rbfn.infer.failures import explain_degenerate
+
+    message = str(explain_degenerate(br.build_model("sor", X, Y, num_inducing=5, mean=3.0), None))
+    assert "prior mean" not in message and "priors= and fixed=" in message
 
 
 def idata_with(f_mean: np.ndarray, log_lik: np.ndarray) -> az.InferenceData:
@@ -115,3 +144,33 @@ def test_one_chain_report_that_passes_makes_no_between_chain_claim():
     assert "mixed well within itself" in verdict
     two = ConvergenceReport(1.002, 1800.0, 1600.0, 0, 1000, 2, ())
     assert "the chains agree and mixed well" in two.verdict()
+
+
+def test_posterior_summary_at_scales_whose_fourth_powers_overflow():
+    """Draws of a variance ~1e100 (targets ~1e50) and an ARD lengthscale of two very different scales:
+    mcse_sd is filled, every column is that of the same draws at scale 1 times the scale (mean, sd, HDI,
+    MCSEs; ESS and r_hat equal), and no warning escapes."""
+    import warnings
+
+    from bayes_rbfn.infer.diagnostics import posterior_summary
+
+    gen = np.random.default_rng(3)
+    unit = {
+        "variance": 1.0 + 0.1 * gen.standard_normal((2, 200)),
+        "lengthscale": gen.gamma(9.0, size=(2, 200, 2)),
+    }
+    scales = {"variance": 1e100, "lengthscale": np.array([1e-3, 1e80])}
+    scaled = {name: values * scales[name] for name, values in unit.items()}
+    names = ["variance", "lengthscale"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        summary = posterior_summary(az.from_dict(posterior=scaled), names)
+    expected = az.summary(az.from_dict(posterior=unit), var_names=names, round_to="none")
+    assert list(summary.columns) == list(expected.columns)
+    assert list(summary.index) == ["variance", "lengthscale[0]", "lengthscale[1]"]
+    assert np.all(np.isfinite(summary.to_numpy()))
+    factor = np.array([1e100, 1e-3, 1e80])
+    for column in ("mean", "sd", "hdi_3%", "hdi_97%", "mcse_mean", "mcse_sd"):
+        np.testing.assert_allclose(summary[column], expected[column] * factor, rtol=1e-9)
+    for column in ("ess_bulk", "ess_tail", "r_hat"):
+        np.testing.assert_allclose(summary[column], expected[column], rtol=1e-9)

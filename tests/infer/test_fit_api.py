@@ -107,6 +107,8 @@ Y = np.sin(6 * X)
         (dict(seed=-1), r"seed: expected a whole number in 0 … 2⁶³ − 1"),
         (dict(target_accept=1.0), r"target_accept: expected a number in \(0, 1\)"),
         (dict(max_tree_depth=0), r"max_tree_depth: "),
+        (dict(max_tree_depth=31), r"max_tree_depth: must be at most 30 "),
+        (dict(max_tree_depth=2**40), r"max_tree_depth: must be at most 30 "),
         (dict(chains=2, sampler=br.SamplerSettings()), r"sampler: give the NUTS settings either"),
         (dict(wiggliness=3), r"wiggliness: not an option of fit"),
         (dict(jitter=0.0), r"jitter: expected a finite number > 0"),

@@ -12,10 +12,12 @@ What is proved:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,6 +31,7 @@ import pytest
 
 from bayes_rbfn import build_model, cli, fit
 from bayes_rbfn.infer import checkpoint
+from bayes_rbfn.io import netcdf
 
 pytestmark = pytest.mark.filterwarnings("ignore:Estimated shape parameter of Pareto")
 
@@ -432,12 +435,12 @@ def test_full_disk_keeps_the_sampling_for_resume(uninterrupted_here, tmp_path, c
     one_error("30 of 300 iterations are saved")
     monkeypatch.setattr(checkpoint, "write_manifest", write_manifest)
 
-    def full(self, filename, *args, **kwargs):
+    def full(idata, filename):
         Path(filename).write_bytes(b"\x89HDF half")
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(filename))
 
     with monkeypatch.context() as patch:
-        patch.setattr(az.InferenceData, "to_netcdf", full)
+        patch.setattr(netcdf, "write_inference_data", full)
         assert cli.main(["fit", "--resume", str(out), "--quiet"]) == 74
         one_error("300 of 300 iterations are saved")
 
@@ -481,3 +484,239 @@ def test_a_crash_before_the_first_checkpoint_does_not_block_a_rerun(
         in capsys.readouterr().err
     )
     assert (out / "inference.nc").is_file() and not (tmp_path / "res.partial").exists()
+
+
+def test_a_moved_project_resumes_and_a_filled_output_folder_gets_advice_that_works(
+    tmp_path, capsys, monkeypatch
+):
+    """run.json records its paths relative to the folder holding OUT and OUT.partial, so a project folder
+    (data, OUT.partial, the command typed inside it) that moved resumes from its new place. Before that,
+    an output folder filled meanwhile is refused, untouched, with advice that --resume can follow (never
+    --overwrite, which --resume refuses)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    write_data(project / "data.csv", n=30)
+    monkeypatch.chdir(project)
+    tiny = ["--num-inducing", "5", "--chains", "1", "--warmup", "10", "--draws", "10"]
+    argv = ["fit", "data.csv", "--x", "t", "--y", "v", *tiny, "--checkpoint-every", "5", "--no-plots"]
+    argv += ["--quiet", "--out", "res"]
+    write_manifest = interrupt_after_checkpoint(monkeypatch, 1)
+    assert cli.main(argv) == 130
+    monkeypatch.setattr(checkpoint, "write_manifest", write_manifest)
+    capsys.readouterr()
+    record = json.loads((project / "res.partial" / "run.json").read_text())
+    assert (record["out"], record["cwd"]) == ("res", ".")
+
+    (project / "res").mkdir()
+    (project / "res" / "notes.txt").write_text("mine")
+    before = snapshot(project)
+    assert cli.main(["fit", "--resume", "res"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("bayes-rbfn: error: --resume res: the output folder") and "--overwrite" not in line
+    assert "is not empty" in line and "move" in line
+    assert "then run 'bayes-rbfn fit --resume res' again" in line
+    assert snapshot(project) == before
+    shutil.rmtree(project / "res")
+
+    moved = tmp_path / "elsewhere" / "project moved"
+    moved.parent.mkdir()
+    project.rename(moved)
+    monkeypatch.chdir(moved)
+    assert cli.main(["fit", "--resume", "res"]) == 0, capsys.readouterr().err
+    assert az.from_netcdf(moved / "res" / "inference.nc").posterior.sizes["draw"] == 10
+    assert sorted(p.name for p in moved.iterdir()) == ["data.csv", "res"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Issue 41: an edited manifest, a full disk while inference.nc is written, SIGTERM and repeated Ctrl-C
+
+#: A fit of one chain, 10 warm-up iterations and 10 draws, checkpointed after every iteration.
+SHORT = ["--num-inducing", "6", "--chains", "1", "--warmup", "10", "--draws", "10", "--checkpoint-every", "1"]
+
+
+def short_argv(csv: Path, out: Path) -> list[str]:
+    return ["fit", str(csv), "--x", "t", "--y", "v", *SHORT, "--no-plots", "--quiet", "--out", str(out)]
+
+
+def one_error_line(err: str) -> str:
+    errors = [line for line in err.splitlines() if line.startswith("bayes-rbfn: error: ")]
+    assert len(errors) == 1 and "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    return errors[0]
+
+
+def test_an_edited_manifest_is_refused_by_resume(tmp_path, capsys, monkeypatch):
+    """`--resume` of a checkpoint whose manifest leaves out a chunk, or names a state of another iteration
+    than the one inside it, exits 2 with one line and changes nothing (the cases: test_checkpoint.py)."""
+    csv, out = write_data(tmp_path / "data.csv"), tmp_path / "res"
+    write_manifest = interrupt_after_checkpoint(monkeypatch, 15)
+    assert cli.main(short_argv(csv, out)) == 130
+    monkeypatch.setattr(checkpoint, "write_manifest", write_manifest)
+    sampler = tmp_path / "res.partial" / "sampler"
+    manifest = sampler / checkpoint.CHECKPOINT_FILE
+    intact = manifest.read_text()
+
+    def one_chunk_unlisted(record):
+        record["files"].pop("chunk-0000013.npz")
+
+    def renamed_to_13(record):  # consistent names, but the state inside is after iteration 15
+        (sampler / "state-0000015.npz").rename(sampler / "state-0000013.npz")
+        record["files"]["state-0000013.npz"] = record["files"].pop("state-0000015.npz")
+        record["iterations_done"] = 13
+        del record["files"]["chunk-0000014.npz"], record["files"]["chunk-0000015.npz"]
+
+    capsys.readouterr()
+    for change, message in [
+        (one_chunk_unlisted, "no draws are listed for iteration 13"),
+        (renamed_to_13, "that state is after iteration 15"),
+    ]:
+        record = json.loads(intact)
+        change(record)
+        manifest.write_text(json.dumps(record))
+        before = snapshot(tmp_path)
+        assert cli.main(["fit", "--resume", str(out), "--quiet"]) == 2, change.__name__
+        line = one_error_line(capsys.readouterr().err)
+        assert "is corrupt" in line and message in line, line
+        assert snapshot(tmp_path) == before and not out.exists()
+
+
+def test_the_disk_space_check_counts_the_checkpoint(tmp_path, capsys, monkeypatch):
+    """With 4 MiB free, 200 draws fit (about 3.5 MiB) when checkpointed every 1,000 iterations, but not
+    with a checkpoint file per iteration (4.3 MiB): refused before sampling, exit 2, nothing written."""
+    import bayes_rbfn.infer.fitting
+    from bayes_rbfn.io import output
+
+    csv = write_data(tmp_path / "data.csv")
+    monkeypatch.setattr(output, "free_space", lambda out: (4 * 2**20, tmp_path))
+
+    def sampled(*args, **kwargs):
+        raise MemoryError("stands in for the sampling: the checks before it passed")
+
+    monkeypatch.setattr(bayes_rbfn.infer.fitting, "fit", sampled)
+    argv = ["fit", str(csv), "--x", "t", "--y", "v", "--chains", "1", "--warmup", "10", "--draws", "200"]
+    argv += ["--no-plots", "--quiet", "--out", str(tmp_path / "res")]
+    with pytest.raises(MemoryError, match="checks before it passed"):
+        cli.main([*argv, "--checkpoint-every", "1000"])
+    assert cli.main([*argv, "--checkpoint-every", "1"]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "disk space" in line and "with the checkpoint" in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.csv"]
+
+
+def test_inference_data_is_written_as_arviz_writes_it_and_a_full_disk_is_an_oserror(tmp_path):
+    """write_inference_data builds the netCDF file in memory (HDF5 never meets a full disk: that crashed the
+    process at exit) and writes it with plain I/O: the same groups and attributes as ArviZ's own file, and
+    on a full disk (/dev/full) an OSError naming the file, which the command line turns into status 74."""
+    rng = np.random.default_rng(0)
+    idata = az.from_dict(
+        posterior={"noise": rng.normal(size=(2, 5))},
+        sample_stats={"diverging": rng.normal(size=(2, 5)) > 1},
+        observed_data={"y": rng.normal(size=7)},
+        attrs={"bayes_rbfn_data": "test"},
+    )
+    netcdf.write_inference_data(idata, tmp_path / "ours.nc")
+    idata.to_netcdf(str(tmp_path / "arviz.nc"))
+    ours, theirs = az.from_netcdf(tmp_path / "ours.nc"), az.from_netcdf(tmp_path / "arviz.nc")
+    assert ours.groups() == theirs.groups() and ours.attrs == theirs.attrs
+    assert all(ours[group].identical(theirs[group]) for group in ours.groups())
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full")
+    with pytest.raises(OSError) as raised:
+        netcdf.write_inference_data(idata, "/dev/full")
+    assert raised.value.errno == errno.ENOSPC and raised.value.filename == "/dev/full"
+
+
+def can_mount_tmpfs(folder: Path) -> bool:
+    if os.geteuid() != 0:
+        return False
+    folder.mkdir()
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(folder)]).returncode == 0
+
+
+#: `python -c`: fill the disk of the output folder but 64 KiB just before inference.nc is written, then
+#: run the command line (a real ENOSPC inside HDF5).
+FILL_THEN_FIT = """
+import os, sys
+from bayes_rbfn.io import netcdf
+write = netcdf.write_inference_data
+def fill_then_write(idata, path):
+    disk = os.path.dirname(os.path.dirname(os.path.abspath(path)))
+    st = os.statvfs(disk)
+    with open(os.path.join(disk, "ballast"), "wb") as fh:
+        fh.write(bytes(max(0, st.f_bavail * st.f_frsize - 65536)))
+    write(idata, path)
+netcdf.write_inference_data = fill_then_write
+from bayes_rbfn.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_full_disk_inside_hdf5_exits_74_and_keeps_the_checkpoint(tmp_path):
+    """A real full disk (a tmpfs) while HDF5 writes inference.nc: exit 74 with one line, the checkpoint
+    kept for --resume, and no native crash as the process ends."""
+    disk = tmp_path / "disk"
+    if not can_mount_tmpfs(disk):
+        pytest.skip("needs root and a tmpfs mount (test_an_h5py_error_with_an_errno_becomes_an_oserror)")
+    try:
+        csv, out = write_data(disk / "data.csv"), disk / "res"
+        proc = subprocess.run(
+            [sys.executable, "-c", FILL_THEN_FIT, *short_argv(csv, out)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "MPLBACKEND": "Agg"},
+            timeout=300,
+        )
+        assert proc.returncode == 74, (proc.returncode, proc.stderr[-3000:])
+        line = one_error_line(proc.stderr)
+        assert "No space left on device" in line and "20 of 20 iterations are saved" in line, line
+        assert f"--resume {out}" in line and not out.exists()
+        assert checkpoint.read_checkpoint(disk / "res.partial" / "sampler").iterations_done == 20
+    finally:
+        subprocess.run(["umount", str(disk)])
+
+
+def one_chain_argv(csv: Path, out: Path) -> list[str]:
+    """:func:`fit_argv` with one chain (each of two processes compiles for one device)."""
+    argv = fit_argv(csv, out)
+    argv[argv.index("--chains") + 1] = "1"
+    return argv
+
+
+def test_sigterm_and_repeated_ctrl_c_end_a_fit_quietly(tmp_path):
+    """SIGTERM ends a fit as Ctrl-C does, with exit status 143; Ctrl-C pressed again and again while the
+    program exits (and SIGTERM after SIGTERM) is ignored: one line, no traceback, the sampling kept."""
+    csv = write_data(tmp_path / "data.csv")
+    procs = {}
+    for name in ("SIGINT", "SIGTERM"):
+        procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "bayes_rbfn", *one_chain_argv(csv, tmp_path / name)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "MPLBACKEND": "Agg"},
+        )
+    try:
+        deadline = time.monotonic() + 240
+        for name, proc in procs.items():
+            manifest = tmp_path / f"{name}.partial" / "sampler" / checkpoint.CHECKPOINT_FILE
+            while not manifest.is_file():
+                assert proc.poll() is None, f"{name} ended before a checkpoint: {proc.stderr.read()!r}"
+                assert time.monotonic() < deadline, "no checkpoint within 240 s"
+                time.sleep(0.02)
+        while any(proc.poll() is None for proc in procs.values()):  # until both have exited
+            for name, proc in procs.items():
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(getattr(signal, name))
+            assert time.monotonic() < deadline, "still running after the signals"
+            time.sleep(0.05)
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=60)
+    for name, status in (("SIGINT", 130), ("SIGTERM", 143)):
+        err = procs[name].stderr.read()
+        assert procs[name].returncode == status, (name, procs[name].returncode, err[-3000:])
+        line = one_error_line(err)
+        assert line.startswith("bayes-rbfn: error: " + ("interrupted" if status == 130 else "terminated"))
+        assert "iterations are saved" in line and f"--resume {tmp_path / name}" in line, line
+        assert checkpoint.read_checkpoint(tmp_path / f"{name}.partial" / "sampler").iterations_done >= 10

@@ -1,5 +1,7 @@
 """Atomic output folders (DESIGN §6): refusal, overwrite, and nothing half-written after a failure."""
 
+import errno
+import json
 import os
 
 import pytest
@@ -35,7 +37,9 @@ def old_results(tmp_path):
     (out / "plots").mkdir(parents=True)
     (out / "inference.nc").write_bytes(b"old inference")
     (out / "plots" / "trace.png").write_bytes(b"old plot")
-    (out / output.MARKER).write_text("{}")  # an earlier run's result: --overwrite may replace it
+    # an earlier run's result, its marker listing what it wrote: --overwrite may replace it
+    marker = {"format": "bayes_rbfn.output", "files": ["inference.nc", "plots", "plots/trace.png"]}
+    (out / output.MARKER).write_text(json.dumps(marker))
     return out
 
 
@@ -172,6 +176,138 @@ def test_new_folder_has_ordinary_permissions(tmp_path):
     reference = tmp_path / "reference"
     reference.mkdir()
     assert (tmp_path / "results").stat().st_mode == reference.stat().st_mode
+
+
+# --------------------------------------------------------------------------------------------------
+# --overwrite deletes only what the marker lists; links are followed; read-only file systems
+
+
+def user_file(out):
+    (out / "notes.txt").write_text("mine")
+
+
+def user_folder(out):
+    (out / "mydata").mkdir()
+    (out / "mydata" / "a.csv").write_text("t,y\n")
+
+
+def file_in_a_listed_folder(out):
+    (out / "plots" / "mine.png").write_bytes(b"mine")
+
+
+def user_link(out):
+    (out / "link").symlink_to(out.parent)
+
+
+def legacy_marker_and_user_file(out):
+    (out / output.MARKER).write_text("{}")  # an older version's marker: it lists no files
+    (out / "plots").rename(out / "my plots")
+
+
+@pytest.mark.parametrize(
+    ("add", "named"),
+    [
+        pytest.param(user_file, "notes.txt", id="file"),
+        pytest.param(user_folder, "mydata/", id="folder"),
+        pytest.param(file_in_a_listed_folder, "plots/mine.png", id="file-in-a-listed-folder"),
+        pytest.param(user_link, "link", id="symlink"),
+        pytest.param(legacy_marker_and_user_file, "my plots/", id="legacy-marker"),
+    ],
+)
+def test_overwrite_refuses_a_folder_holding_what_its_marker_does_not_list(old_results, add, named):
+    add(old_results)
+    before = snapshot(old_results)
+    with pytest.raises(InputError, match=rf"holds {named}, which this program did not write"):
+        prepare_output_dir(old_results, overwrite=True)
+    with pytest.raises(InputError, match="will not delete the folder"):
+        with atomic_output_dir(old_results, overwrite=True):
+            pytest.fail("the body must not run")  # pragma: no cover
+    assert snapshot(old_results) == before
+    assert leftovers(old_results.parent) == []
+
+
+def test_the_marker_lists_what_was_written_and_a_moved_result_is_still_replaced(tmp_path):
+    out = tmp_path / "results"
+    with atomic_output_dir(out, overwrite=False) as tmp:
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "a.txt").write_text("a")
+        (tmp / "b.txt").write_text("b")
+    marker = json.loads((out / output.MARKER).read_text())
+    assert marker["files"] == ["b.txt", "sub", "sub/a.txt"]
+    moved = tmp_path / "moved" / "results"
+    moved.parent.mkdir()
+    out.rename(moved)  # the manifest is relative: the folder is still this program's
+    assert output.foreign_entries(moved) == []
+    with atomic_output_dir(moved, overwrite=True) as tmp:
+        (tmp / "c.txt").write_text("c")
+    assert snapshot(moved) == {"c.txt": b"c"}
+
+
+@pytest.mark.parametrize("target", ["missing", "empty", "earlier-result"])
+def test_a_link_to_the_output_folder_writes_the_folder_it_points_to(tmp_path, target):
+    real = tmp_path / "real"
+    if target != "missing":
+        real.mkdir()
+    if target == "earlier-result":
+        with atomic_output_dir(real, overwrite=False) as tmp:
+            (tmp / "old.txt").write_text("old")
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    with atomic_output_dir(link, overwrite=target == "earlier-result") as tmp:
+        assert tmp.parent == tmp_path and tmp.name.startswith(".real.tmp-")
+        (tmp / "new.txt").write_text("new")
+    assert link.is_symlink() and snapshot(real) == {"new.txt": b"new"}
+    assert leftovers(tmp_path) == []
+
+
+def test_a_link_and_its_target_share_one_lock(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to("real")
+    (tmp_path / "chain").symlink_to("link")
+    with output.output_lock(tmp_path / "real") as lock:
+        assert lock == tmp_path / ".real.lock"
+        for other in ("link", "chain"):
+            with pytest.raises(output.OutputInUse, match="in use by a live run"):
+                with output.output_lock(tmp_path / other):
+                    pass  # pragma: no cover
+
+
+def read_only_at(monkeypatch, folder):
+    """Make ``folder`` look like a read-only mount (a real one needs privileges the tests lack; as root,
+    chmod does not stop writes): access(2) and statvfs(2) answer for it as the kernel would."""
+    real_access, real_statvfs = os.access, os.statvfs
+
+    def access(path, mode, *args, **kwargs):
+        if os.fspath(path) == os.fspath(folder) and mode & os.W_OK:
+            return False
+        return real_access(path, mode, *args, **kwargs)
+
+    def statvfs(path):
+        result = real_statvfs(path)
+        if os.fspath(path) != os.fspath(folder):
+            return result
+        return type("StatVfs", (), {"f_flag": result.f_flag | os.ST_RDONLY})()
+
+    monkeypatch.setattr(output.os, "access", access)
+    monkeypatch.setattr(output.os, "statvfs", statvfs)
+
+
+def test_a_read_only_file_system_is_named_as_such(tmp_path, monkeypatch):
+    read_only_at(monkeypatch, tmp_path)
+    with pytest.raises(InputError, match=r"cannot write in .* \(read-only file system\)$"):
+        prepare_output_dir(tmp_path / "results", overwrite=False)
+
+    real_open = os.open
+
+    def erofs(path, *args, **kwargs):  # creating the lock file, as on a read-only mount
+        if os.fspath(path).endswith(".results.lock"):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fspath(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(output.os, "open", erofs)
+    with pytest.raises(InputError, match=r"cannot create a file in .* \(read-only file system\)$"):
+        with output.output_lock(tmp_path / "results"):
+            pass  # pragma: no cover
 
 
 # --------------------------------------------------------------------------------------------------

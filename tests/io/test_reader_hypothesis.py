@@ -1,6 +1,7 @@
 """read_xy_csv on generated CSV files (hypothesis): delimiters , ; tab |, names with unicode, quotes and
 spaces, finite values from 5e-324 to 1.8e308, missing and infinite cells, junk in other columns, the four
-encodings, comment and blank lines, LF/CRLF/CR line ends, decimal commas.
+encodings, comment and blank lines, LF/CRLF/CR line ends, decimal commas; the same file reached through a
+symbolic link (absolute, relative, a chain of two), moved into another folder, or made read-only.
 
 The expected data set is computed from what was generated, not by reading the file: a valid file must
 give exactly its finite rows (and count the others as dropped), or the InputError that its rows call
@@ -362,3 +363,61 @@ def test_damaged_file_gives_a_clear_input_error(folder, spec, damage, data):
     if expect is not None:
         assert isinstance(outcome, InputError), f"expected an error with {expect!r}; file {raw!r}"
         assert expect in str(outcome), f"{outcome}"
+
+
+# --------------------------------------------------------------------------------------------------
+# The same file by another path: links, a move, read-only
+
+
+def reach(path: Path, how: str) -> Path:
+    """Another path to the file at ``path``: a link to it (absolute, relative, a chain of two), the file
+    itself moved to another folder, or the file made read-only."""
+    if how == "link":
+        other = path.with_name(f"link to {path.name}")
+        other.symlink_to(path)
+    elif how == "relative-link":
+        (path.parent / f"sub-{path.stem}").mkdir()
+        other = path.parent / f"sub-{path.stem}" / "data.csv"
+        other.symlink_to(Path("..") / path.name)
+    elif how == "link-to-link":
+        first = path.with_name(f"first-{path.name}")
+        first.symlink_to(path.name)
+        other = path.with_name(f"second-{path.name}")
+        other.symlink_to(first.name)
+    elif how == "moved":
+        (path.parent / f"moved ∂ {path.stem}").mkdir()
+        other = path.rename(path.parent / f"moved ∂ {path.stem}" / path.name)
+    else:
+        path.chmod(0o444)
+        other = path
+    return other
+
+
+@settings(
+    max_examples=10,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(spec=csv_files(), how=st.sampled_from(["link", "relative-link", "link-to-link", "moved", "read-only"]))
+def test_the_same_file_by_another_path_reads_the_same(folder, spec, how):
+    data = spec.to_bytes()
+    assume(written_as_intended(spec, data))
+    path = write(folder, data)
+    expected = check_output(path, lambda: read(spec, path))
+    other = reach(path, how)
+    outcome = check_output(other, lambda: read(spec, other))
+    event(f"{how}: " + outcome_kind(outcome))
+    if isinstance(expected, InputError):
+        assert isinstance(outcome, InputError), outcome
+        assert str(outcome).replace(str(other), str(path), 1) == str(expected)
+        return
+    assert not isinstance(outcome, InputError), outcome
+    np.testing.assert_array_equal(outcome.X, expected.X)
+    np.testing.assert_array_equal(outcome.y, expected.y)
+    assert (outcome.dropped, outcome.x_names, outcome.group_names) == (
+        expected.dropped,
+        expected.x_names,
+        expected.group_names,
+    )

@@ -91,6 +91,35 @@ def test_utf8_bom_with_a_latin1_byte_is_refused(tmp_path):
         read_xy_csv(path, ["x"], "y")
 
 
+@pytest.mark.parametrize(
+    ("codec", "order"),
+    [("utf-16-le", "little-endian"), ("utf-16-be", "big-endian")],
+    ids=["le", "be"],
+)
+@pytest.mark.parametrize(
+    "text", ["x,y\r\n" + "\r\n".join(rows()), "x;Preis €;y\n1;café;2\n"], ids=["ascii", "euro"]
+)
+def test_utf16_without_a_bom_is_named(tmp_path, codec, order, text):
+    """UTF-16 without a byte-order mark (NUL every other byte) is named as such, not as binary data."""
+    path = tmp_path / "utf16.csv"
+    path.write_bytes(text.encode(codec))
+    match = rf"utf16.csv: looks like UTF-16 \({order}\) without a byte-order mark; save it as UTF-8"
+    with pytest.raises(InputError, match=match):
+        read_xy_csv(path, ["x"], "y")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"x,y\n1,2\n\x00\x00\x00\x00\x00\x00\x00\x00", bytes(range(256)) * 4, b"\x00" * 64],
+    ids=["nul-run", "all-bytes", "all-nul"],
+)
+def test_binary_data_with_nul_bytes_is_still_binary(tmp_path, data):
+    path = tmp_path / "blob.csv"
+    path.write_bytes(data)
+    with pytest.raises(InputError, match=r"not a CSV text file \(it contains binary data"):
+        read_xy_csv(path, ["x"], "y")
+
+
 def test_values_are_correctly_rounded(tmp_path):
     """pandas' to_numeric reads "+8.6398938515673895e-112" one unit in the last place off."""
     path = tmp_path / "digits.csv"

@@ -600,3 +600,52 @@ def test_gradient_over_a_batch_of_values_is_the_sum_of_the_members_gradients(nam
     theta = jnp.array([0.7, 1.3, NOISE])
     assert_close(jax.grad(batched)(theta), jax.grad(summed)(theta), rtol=1e-7)
     assert_close(jax.jit(jax.grad(batched))(theta), jax.grad(summed)(theta), rtol=1e-7)
+
+
+# --------------------------------------------------------------------------------------------------
+# Wrong shapes of the data and the test inputs; float32 inputs under x64
+
+#: (what is called with a wrong shape, the argument the message must name, and the shapes it must give).
+WRONG_SHAPES = {
+    "log_prob-value-too-long": (lambda d: d.log_prob(jnp.zeros(len(Y) + 1)), r"value: .*\(9,\).*\(10,\)"),
+    "log_prob-value-too-short": (lambda d: d.log_prob(jnp.zeros(3)), r"value: .*\(9,\).*\(3,\)"),
+    "log_prob-batch-of-wrong-length": (lambda d: d.log_prob(jnp.zeros((2, 4))), r"value: .*\(2, 4\)"),
+    "condition-y-wrong-length": (lambda d: d.condition(Y[:5], X_TEST), r"y: .*\(9,\).*\(5,\)"),
+    "condition-X_test-wrong-columns": (
+        lambda d: d.condition(Y, np.ones((3, 2))),
+        r"X_test: has 2 input dimension\(s\) but X has 1",
+    ),
+    "moments-y-wrong-length": (lambda d: d.moments(np.append(Y, 0.0), X_TEST), r"y: .*\(10,\)"),
+    "sample_replicates-y-wrong-length": (
+        lambda d: d.sample_replicates(jax.random.PRNGKey(0), Y[:4]),
+        r"y: .*\(4,\)",
+    ),
+    "loo_log_prob-y-wrong-length": (lambda d: d.loo_log_prob(Y[:8]), r"y: .*\(8,\)"),
+}
+
+
+@pytest.mark.parametrize("case", WRONG_SHAPES, ids=list(WRONG_SHAPES))
+@pytest.mark.parametrize("name", ["sor", "exact"])
+def test_wrong_shapes_of_data_raise_value_error_naming_them(name, case):
+    """A value, y or X_test that does not fit the N rows (or the D columns) of X: a ValueError naming the
+    argument and giving the shapes, before any JAX broadcasting."""
+    call, match = WRONG_SHAPES[case]
+    with pytest.raises(ValueError, match=match):
+        call(_distribution(name))
+
+
+@pytest.mark.parametrize("approx", ["sor", "fitc"])
+def test_float32_inputs_with_python_float_hyperparameters_under_x64(approx):
+    """float32 X and Z, float64 y, and a kernel of Python floats (float64 under x64), or of float64
+    values: the mix conditional.sor and ExactGP accept. The log density, its gradient and the predictive
+    agree with those of float64 inputs to float32's tolerance."""
+    X32, Z32 = X.astype(np.float32), Z.astype(np.float32)
+
+    def log_prob(ell, X_, Z_):
+        return SparseGP(SquaredExponential(ell, 1.3), X_, Z_, NOISE, approx=approx).log_prob(Y)
+
+    for ell in (0.7, np.float64(0.7)):
+        assert_close(float(log_prob(ell, X32, Z32)), float(log_prob(ell, X, Z)), np.float32)
+    assert_close(jax.grad(log_prob)(0.7, X32, Z32), jax.grad(log_prob)(0.7, X, Z), np.float32)
+    m32 = SparseGP(KERNEL, X32, Z32, NOISE, approx=approx).moments(Y, X_TEST)
+    assert_close(m32.mean, _distribution(approx).moments(Y, X_TEST).mean, np.float32)

@@ -205,3 +205,54 @@ def test_poisson_layer_matches_the_latent_exact_gp(poisson_fits, point):
     b = poisson_fits["latent"].posterior["f"].values[..., point]
     stochastic.assert_agree_within_mcse(a, b, f"E[f(x_{point}) | k]")
     stochastic.assert_agree_within_mcse(a**2, b**2, f"E[f(x_{point})² | k]")
+
+
+# --------------------------------------------------------------------------------------------------
+# K_uu that cannot be factorised: -inf, never NaN
+
+#: Two centres 1e-11 apart: K_uu is singular in float64 at every lengthscale of the prior.
+Z_COLLIDING = np.array([[0.5], [0.5 + 1e-11], [1.5]])
+
+
+def _poisson_model_colliding(X, Z, k=None):
+    """A Poisson model whose layer has no jitter and colliding centres, beside a well-posed layer."""
+    ell = numpyro.sample("lengthscale", dist.LogNormal(0.0, 0.5))
+    g = br.rbfn("g", SquaredExponential(lengthscale=ell, variance=1.0), X, Z[::2], jitter=0.0)
+    f = br.rbfn("f", SquaredExponential(lengthscale=ell, variance=1.0), X, Z, jitter=0.0)
+    numpyro.sample("k", dist.Poisson(jnp.exp(0.5 + g + 1e-3 * f)), obs=k)
+
+
+def test_unfactorisable_kuu_gives_minus_inf_not_nan():
+    """The model's log density at a point where K_uu (jitter 0, centres 1e-11 apart) has no Cholesky
+    factor is -inf, and the sites the likelihood sees are finite."""
+    params = {"lengthscale": 0.7, "f_v": np.array([0.5, -0.4, 1.3]), "g_v": np.array([0.1, 0.2])}
+    args = (jnp.asarray(X), jnp.asarray(Z_COLLIDING))
+    value, trace = log_density(_poisson_model_colliding, args, {"k": jnp.asarray(COUNTS)}, params)
+    assert float(value) == -np.inf
+    assert np.all(np.isfinite(trace["f"]["value"])) and np.all(np.isfinite(trace["f_alpha"]["value"]))
+    jitted = jax.jit(lambda p: log_density(_poisson_model_colliding, args, {"k": COUNTS}, p)[0])
+    assert float(jitted(params)) == -np.inf
+    params["lengthscale"] = 1e-12  # the centres are 10 lengthscales apart: K_uu factorises
+    assert np.isfinite(float(jitted(params)))
+
+
+def test_nuts_on_a_poisson_model_with_colliding_centres_does_not_crash():
+    """Colliding centres without jitter. (i) K_uu singular at every lengthscale: NUTS cannot start, and
+    NumPyro says so (RuntimeError), rather than failing on a NaN rate in the Poisson likelihood's
+    parameter check. (ii) Centres 1e-7 apart factorise only for lengthscales below ~5: a short run
+    rejects the points above, and ends with finite draws, all of them where K_uu factorises."""
+    from numpyro.infer import MCMC, NUTS
+
+    def model(Z, prior_median, k=None):
+        ell = numpyro.sample("lengthscale", dist.LogNormal(np.log(prior_median), 1.0))
+        f = br.rbfn("f", SquaredExponential(lengthscale=ell, variance=1.0), X, Z, jitter=0.0)
+        numpyro.sample("k", dist.Poisson(jnp.exp(f)), obs=k)
+
+    counts = jnp.asarray(COUNTS)
+    mcmc = MCMC(NUTS(model), num_warmup=30, num_samples=30, progress_bar=False)
+    with pytest.raises(RuntimeError, match="Cannot find valid initial parameters"):
+        mcmc.run(jax.random.PRNGKey(0), jnp.asarray(Z_COLLIDING), 1.0, k=counts)
+    Z_close = jnp.asarray([[0.5], [0.5 + 1e-7], [1.5]])
+    mcmc.run(jax.random.PRNGKey(1), Z_close, 3.0, k=counts)
+    draws = mcmc.get_samples()
+    assert np.all(np.isfinite(draws["f_alpha"])) and np.all(np.isfinite(draws["lengthscale"]))

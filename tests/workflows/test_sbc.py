@@ -230,6 +230,7 @@ def test_sbc_of_a_users_model():
         (dict(seed=-1), "seed"),
         (dict(bins=1), "bins"),
         (dict(target_accept=1.0), "target_accept"),
+        (dict(max_tree_depth=2**40), "max_tree_depth: must be at most 30"),
         (dict(chain_method="parallel"), "chain_method: expected 'sequential', 'vectorized' or None"),
     ],
     ids=lambda v: v if isinstance(v, str) else "-".join(map(str, v)),
