@@ -299,11 +299,13 @@ def test_a_storage_error_is_reported_in_one_line(snelson_run, tmp_path, capsys, 
     idata = az.from_netcdf(snelson_run / "inference.nc")
     monkeypatch.setattr(bayes_rbfn.infer.fitting, "fit", lambda *a, **k: idata)
 
-    def full(self, filename, *args, **kwargs):
-        message = "Unable to create file (unable to open file: name = 'inference.nc')\nNo space left"
-        raise OSError(errno.ENOSPC, message, str(filename))
+    import bayes_rbfn.io.netcdf
 
-    monkeypatch.setattr(az.InferenceData, "to_netcdf", full)
+    def full(idata, path):
+        message = "Unable to create file (unable to open file: name = 'inference.nc')\nNo space left"
+        raise OSError(errno.ENOSPC, message, str(path))
+
+    monkeypatch.setattr(bayes_rbfn.io.netcdf, "write_inference_data", full)
     out = tmp_path / "res"
     argv = ["fit", "--dataset", "snelson", "--num-inducing", "8", "--quiet", "--no-plots", "--out", out]
     status, stdout, stderr = run_cli(argv, capsys)
