@@ -35,6 +35,7 @@ __all__ = [
     "predict_rbfn",
     "prior_predictive",
     "rbfn",
+    "score",
 ]
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from bayes_rbfn.infer.predictive import predict, predict_model
     from bayes_rbfn.infer.replicates import posterior_replicates
     from bayes_rbfn.infer.sampler import SamplerSettings
+    from bayes_rbfn.infer.scores import score
     from bayes_rbfn.models.distributions import ExactGP, SparseGP, loo_log_likelihood
     from bayes_rbfn.models.families import kernel_family
     from bayes_rbfn.models.layers import predict_rbfn, rbfn
@@ -63,6 +65,7 @@ _LAZY = {
     "predict_model": ("bayes_rbfn.infer.predictive", "predict_model"),
     "loo_pit": ("bayes_rbfn.infer.loo", "loo_pit"),
     "posterior_replicates": ("bayes_rbfn.infer.replicates", "posterior_replicates"),
+    "score": ("bayes_rbfn.infer.scores", "score"),
     "SamplerSettings": ("bayes_rbfn.infer.sampler", "SamplerSettings"),
     "ConvergenceWarning": ("bayes_rbfn.infer.diagnostics", "ConvergenceWarning"),
     "Float32Warning": ("bayes_rbfn.infer.fitting", "Float32Warning"),

@@ -268,9 +268,15 @@ def plot_predicted_vs_observed(
     x_names: Sequence[str],
     y_label: str,
     title: str,
+    data_label: str = "data",
 ) -> None:
-    """For several inputs: predicted against observed y at the training inputs (with the widest interval
-    as error bars), and y against the first input with the predictive mean and the inducing inputs."""
+    """For several inputs: predicted against observed y (with the widest interval as error bars), and y
+    against the first input with the predictive mean and the inducing inputs.
+
+    Args:
+        X, y: (S, D) inputs and (S,) observed values where ``band`` was predicted: the training data, or
+            held-out test data (``data_label`` then says so in the titles and legend).
+    """
     fig = Figure(figsize=(11, 4.6), layout="constrained")
     left, right = fig.subplots(1, 2)
     lo, hi = band.intervals[max(band.intervals)]
@@ -289,10 +295,12 @@ def plot_predicted_vs_observed(
     left.plot(span, span, color="0.4", lw=0.8, ls="--")
     left.set_xlabel(f"observed {y_label}")
     left.set_ylabel(f"predicted {y_label}")
-    left.set_title(f"Predicted vs observed (bars: {max(band.intervals):.0%} interval of {band.quantity})")
+    left.set_title(
+        f"Predicted vs observed, {data_label} (bars: {max(band.intervals):.0%} interval of {band.quantity})"
+    )
 
     x0 = np.asarray(X)[:, 0]
-    right.plot(x0, y, **_DATA_STYLE, label="data")
+    right.plot(x0, y, **_DATA_STYLE, label=data_label)
     right.plot(x0, band.mean, "o", ms=2.5, color=_MEAN_COLOR, alpha=0.6, label="predictive mean")
     _mark_inducing(right, None if Z is None else np.asarray(Z).reshape(-1, np.shape(X)[1])[:, 0])
     right.set_xlabel(f"{x_names[0]} (first of {len(x_names)} inputs)")

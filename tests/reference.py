@@ -143,3 +143,38 @@ def rbf_ridge_mean(Kfu, Kuu, Ksu, y, noise):
 def power_function_sq(Kss, KsX, KXX):
     """P_X(x*)² as a matrix: K_** − K_*X K_XX⁻¹ K_X* (§3.3, §3.7)."""
     return Kss - KsX @ np.linalg.solve(KXX, KsX.T)
+
+
+# --------------------------------------------------------------------------------------------------
+# Scores of a Gaussian-mixture predictive (the equal-weight mixture over posterior draws)
+
+
+def mixture_scores(means, sds, y):
+    """The scores of Σ_s N(means[s], sds[s]²)/T against y, averaged over the S points, computed directly:
+    RMSE of the mixture mean; the log mixture density (logsumexp over draws of the normal log densities
+    minus log T); the CRPS in closed form, E|X − y| − ½ E|X − X'| with E|N(μ, v)| = 2√v φ(μ/√v) +
+    μ (2Φ(μ/√v) − 1) (Grimit et al. 2006, eq. (5)); and the coverage of the central 50/80/95% bands, a
+    point being inside the band of level c when the mixture CDF at it lies in [(1 − c)/2, (1 + c)/2].
+
+    Args:
+        means, sds: (T, S) component means and standard deviations. y: (S,) observations.
+    """
+    import scipy.special
+
+    means, sds, y = (np.asarray(a, dtype=np.float64) for a in (means, sds, y))
+    T = means.shape[0]
+    out = {"rmse": float(np.sqrt(np.mean((means.mean(axis=0) - y) ** 2)))}
+    log_pdf = scipy.stats.norm.logpdf(y, means, sds)
+    out["lpd"] = float(np.mean(scipy.special.logsumexp(log_pdf, axis=0) - np.log(T)))
+
+    def abs_mean(mu, var):
+        s = np.sqrt(var)
+        return 2.0 * s * scipy.stats.norm.pdf(mu / s) + mu * (2.0 * scipy.stats.norm.cdf(mu / s) - 1.0)
+
+    to_y = abs_mean(y - means, sds**2).mean(axis=0)
+    between = abs_mean(means[:, None] - means[None], sds[:, None] ** 2 + sds[None] ** 2).mean(axis=(0, 1))
+    out["crps"] = float(np.mean(to_y - 0.5 * between))
+    cdf = scipy.stats.norm.cdf((y - means) / sds).mean(axis=0)
+    for c in (0.5, 0.8, 0.95):
+        out[f"coverage_{round(100 * c)}"] = float(np.mean(((1 - c) / 2 <= cdf) & (cdf <= (1 + c) / 2)))
+    return out

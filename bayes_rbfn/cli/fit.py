@@ -4,7 +4,8 @@ results folder.
 With no arguments it fits the main job's model (the DTC GP with a sampled linear mean and the trend + drift +
 medium-term + seasonal ``co2`` kernel, calibrated by backtest) to the packaged Mauna Loa CO2 record and
 writes ``inference.nc``, ``summary.csv``, trace and rank plots, the posterior predictive plot (reaching past
-the end of the data), ``predictions.csv`` and ``report.txt``. The plan comes from
+the end of the data), ``predictions.csv`` and ``report.txt``; with ``--test TEST.csv`` the predictions are
+at the test rows and ``test_scores.csv`` holds their scores (:func:`bayes_rbfn.score`). The plan comes from
 :mod:`bayes_rbfn.workflows.planning`, the fit from :func:`bayes_rbfn.fit`, the summaries from
 :mod:`bayes_rbfn.infer`; this module parses, reports and draws.
 """
@@ -104,6 +105,8 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
         "  predictive.png   posterior predictive mean, 50% and 95% intervals of y* (of the rate or the\n"
         "                   probability for counts and labels), inducing inputs\n"
         "  predictions.csv  the predictive at the prediction inputs; report.txt  the printed report\n"
+        "  test_scores.csv  with --test: RMSE, MAE, CRPS, log predictive density and coverage of the\n"
+        "                   50/80/95% bands of y* on the test rows\n"
         "\nexit status: 0 done, 2 bad input (nothing written), 74 a file could not be written, 130\n"
         "interrupted, 143 terminated (SIGTERM); after 74, 130 and 143 the sampling is kept for --resume."
     )
@@ -162,6 +165,16 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
         help="fit all but the last FRACTION of the data by input and score the forecast of it",
     )
 
+    test = parser.add_argument_group("held-out test data")
+    test.add_argument(
+        "--test",
+        metavar="TEST.csv",
+        help="a CSV file with the same input and target columns (others are ignored), read as the data "
+        "are (--strict, missing values): predict at its rows, in their order, instead of --x-pred-extend's "
+        "grid, and score the predictive of y* there (test_scores.csv); gaussian likelihood, not with "
+        "--holdout/--holdout-after or grouped data",
+    )
+
     resume = parser.add_argument_group("interrupted runs")
     resume.add_argument(
         "--checkpoint-every",
@@ -202,6 +215,9 @@ class FitPlan:
     holdout: float | None = None
     #: The backtest's held-out (x, y), or None.
     held_out: tuple[np.ndarray, np.ndarray] | None = None
+    #: The test data of ``--test`` (the prediction inputs are its X), or None, and the file's name.
+    test: Dataset | None = None
+    test_source: str = ""
 
 
 def _model_for(args: argparse.Namespace, data: Dataset, notes: list[str]) -> tuple[Any, Any, str, Dataset]:
@@ -278,6 +294,7 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
     likelihood, spec, mean, data = _model_for(args, data, notes)
     model, packaged = spec.name, data.name if args.data is None else ""
     X_fit, held_out = _backtest_split(args, data, likelihood)
+    test = _load_test(args, data, likelihood, notes)
     Z = None
     if spec.uses_inducing:
         default_M = planning.DATASET_NUM_INDUCING.get(packaged, DEFAULT_NUM_INDUCING)
@@ -293,7 +310,11 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
         )
 
     try:
-        X_pred, group_pred = planning.prediction_inputs(data, args.x_pred_extend)
+        X_pred, group_pred = (
+            (test.X.copy(), None)
+            if test is not None
+            else planning.prediction_inputs(data, args.x_pred_extend)
+        )
     except ValueError as err:
         raise option_error(err) from None
     out = args.out if args.out is not None else default_output_dir(prefix=f"bayes_rbfn_{slug(data.name)}")
@@ -337,7 +358,47 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
         holdout_after=args.holdout_after,
         holdout=args.holdout,
         held_out=held_out,
+        test=test,
+        test_source="" if test is None else str(args.test),
     )
+
+
+def _load_test(args: argparse.Namespace, data: Dataset, likelihood: Any, notes: list[str]) -> Dataset | None:
+    """The held-out data of ``--test``, read as the data are (the same columns, ``--strict``, rows with
+    missing values dropped and counted in ``notes``), or None without ``--test``."""
+    from bayes_rbfn.gp.validation import INPUT_SCALES, check_scale
+    from bayes_rbfn.io.reader import read_xy_csv
+
+    if args.test is None:
+        return None
+    if args.holdout_after is not None or args.holdout is not None:
+        flag = "--holdout-after" if args.holdout_after is not None else "--holdout"
+        raise UserError(f"--test and {flag}: score either a test file or a backtest split, not both")
+    if data.group is not None:
+        raise UserError("--test: scoring grouped data on a test file is not supported; fit one group's CSV")
+    if likelihood.name != "gaussian":
+        raise UserError(f"--test: the test scores need the gaussian likelihood, not {likelihood.name}")
+    try:
+        test = read_xy_csv(
+            args.test,
+            data.x_names,
+            data.y_name,
+            strict=args.strict,
+            min_rows=1,
+            on_wait=Console().say,
+            training=False,
+        )
+        for j, name in enumerate(data.x_names):
+            check_scale(test.X[:, j], f"column {name!r}", INPUT_SCALES)
+    except InputError as err:  # its message starts with the file's name
+        raise UserError(f"--test {err}") from None
+    except ValueError as err:
+        raise UserError(f"--test {args.test}: {err}") from None
+    if test.notes:
+        notes.append(f"Test file: {test.notes}")
+    if args.x_pred_extend != DEFAULT_EXTEND:
+        notes.append("--x-pred-extend is ignored: the predictions are at the test inputs.")
+    return test
 
 
 @command(
@@ -350,6 +411,7 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
         "  bayes-rbfn fit                                  the packaged CO2 record (the default)\n"
         "  bayes-rbfn fit --dataset snelson                another packaged data set\n"
         "  bayes-rbfn fit DATA.csv --x t --y co2           your CSV file (one or more --x columns)\n"
+        "  bayes-rbfn fit DATA.csv --x a b --y y --test TEST.csv   predict and score held-out rows\n"
         "  bayes-rbfn fit DATA.csv --x year --y rate --group country   hierarchical (grouped) model"
     ),
 )
@@ -385,6 +447,10 @@ def _run_fit(args: argparse.Namespace, console: Console) -> int:
                 results = _summarise(plan, idata)
                 idata.posterior.attrs["bayes_rbfn_command"] = command_line(args)
                 idata.posterior.attrs["bayes_rbfn_data"] = plan.source
+                if plan.test is not None:  # beside X_pred, so the scores can be recomputed from the file
+                    import xarray as xr
+
+                    idata.predictions_constant_data["y_test"] = xr.DataArray(plan.test.y, dims=("point",))
                 _write_outputs(plan, args, idata, results, console, start, sampling_seconds)
             except KeyboardInterrupt:
                 raise interrupted(partial, plan.out, resuming) from None
@@ -441,7 +507,7 @@ def _check_result_size(
 
 def _inputs(args: argparse.Namespace) -> list[str]:
     """The user's files that an output folder must never replace."""
-    return [args.data] if getattr(args, "data", None) else []
+    return [path for path in (getattr(args, "data", None), getattr(args, "test", None)) if path]
 
 
 def _announce(plan: FitPlan, console: Console) -> None:
@@ -514,6 +580,8 @@ class FitResults:
     collapsed: int = 0
     #: The backtest's scores (:func:`bayes_rbfn.infer.fitting.backtest_scores`), or None.
     backtest: dict | None = None
+    #: The scores on the test data of ``--test`` (:func:`bayes_rbfn.infer.scores.score`), or None.
+    test: dict | None = None
 
 
 def _summarise(plan: FitPlan, idata: Any) -> FitResults:
@@ -521,6 +589,7 @@ def _summarise(plan: FitPlan, idata: Any) -> FitResults:
     from bayes_rbfn.infer.fitting import backtest_scores
     from bayes_rbfn.infer.predictive import band_of_the_mean, band_of_y
     from bayes_rbfn.infer.schema import hyperparameter_names
+    from bayes_rbfn.infer.scores import score
 
     names = hyperparameter_names(idata)
     loo, loo_note = psis_loo(idata)
@@ -535,6 +604,7 @@ def _summarise(plan: FitPlan, idata: Any) -> FitResults:
         loo_note=loo_note,
         band=band(idata, planning.INTERVALS),
         backtest=None if plan.held_out is None else backtest_scores(idata),
+        test=None if plan.test is None else score(idata, plan.test.X, plan.test.y),
     )
 
 
@@ -564,6 +634,8 @@ def _predictions_frame(plan: FitPlan, results: FitResults) -> Any:
     columns: dict[str, Any] = {name: plan.X_pred[:, j] for j, name in enumerate(d.x_names)}
     if plan.group_pred is not None and d.group_names is not None:
         columns["group"] = [d.group_names[g] for g in plan.group_pred]
+    if plan.test is not None:
+        columns["observed"] = plan.test.y
     columns["mean"] = results.band.mean
     columns["sd_f"] = results.band.sd_f
     columns["sd_y"] = results.band.sd_y
@@ -610,7 +682,7 @@ def _draw_plots(folder: Path, plan: FitPlan, idata: Any, results: FitResults) ->
             x_label=d.x_names[0],
             y_label=y_label,
             title=title,
-            held_out=plan.held_out,
+            held_out=plan.held_out if plan.test is None else (plan.test.X, plan.test.y),
         )
     elif d.X.shape[1] == 1:
         assert d.group is not None and plan.group_pred is not None and d.group_names is not None
@@ -634,15 +706,17 @@ def _draw_plots(folder: Path, plan: FitPlan, idata: Any, results: FitResults) ->
             title=title + extra,
         )
     else:
+        shown = d if plan.test is None else plan.test
         plots.plot_predicted_vs_observed(
             folder / "predictive.png",
-            X=d.X,
-            y=d.y,
+            X=shown.X,
+            y=shown.y,
             band=results.band,
             Z=plan.Z,
             x_names=d.x_names,
             y_label=y_label,
             title=title,
+            data_label="data" if plan.test is None else "test data",
         )
     written.append("predictive.png")
     return written
@@ -753,6 +827,17 @@ def _report(
             f"  MAE {sc['mae']:.4g}, CRPS {sc['crps']:.4g}, interval score (95%) "
             f"{sc['interval_score_95']:.4g}, log predictive density {sc['lpd']:.4g} per point",
         ]
+    if plan.test is not None:
+        sc = results.test
+        lines += [
+            "",
+            f"Test data: file {plan.test_source}, {int(sc['n'])} rows scored (test_scores.csv; units of "
+            "the data):",
+            f"  RMSE {sc['rmse']:.4g}, MAE {sc['mae']:.4g}, CRPS {sc['crps']:.4g}, log predictive density "
+            f"{sc['lpd']:.4g} per point",
+            f"  95% band of y* covers {sc['coverage_95']:.0%}, 80% band {sc['coverage_80']:.0%}, 50% band "
+            f"{sc['coverage_50']:.0%} of them (calibrated: about 95%, 80%, 50%)",
+        ]
     band = results.band.quantity
     if band != "y*":
         lines.append(
@@ -770,6 +855,7 @@ def _report(
         "predictions.csv": "the predictive at the prediction inputs (mean, sd, interval bounds)",
         "report.txt": "this report",
         "backtest.csv": "the backtest's scores on the held-out points",
+        "test_scores.csv": "the scores on the test data (RMSE, MAE, CRPS, log density, coverage)",
     }
     lines += [f"  {name:<16} {descriptions.get(name, '')}" for name in files]
     return "\n".join(lines)
@@ -798,6 +884,11 @@ def _write_outputs(
 
             pd.DataFrame([results.backtest]).to_csv(tmp / "backtest.csv", index=False)
             files.append("backtest.csv")
+        if plan.test is not None:
+            import pandas as pd
+
+            pd.DataFrame([results.test]).to_csv(tmp / "test_scores.csv", index=False)
+            files.append("test_scores.csv")
         if not args.no_plots:
             files += _draw_plots(tmp, plan, idata, results)
         files += ["predictions.csv", "report.txt"]

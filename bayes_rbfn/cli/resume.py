@@ -196,14 +196,16 @@ def resume_args(args: argparse.Namespace) -> tuple[Path, argparse.Namespace]:
         raise UserError(
             f"--resume {folder}: {partial} does not belong to the output folder {origin / recorded_out}"
         )
-    if saved.data is not None:
-        # A relative data path is relative to where the command was typed. The data file is looked for
-        # where it now is if it moved along with the run's folders, else where it was.
-        data = Path(saved.data).expanduser()
+    for name in ("data", "test"):
+        if getattr(saved, name, None) is None:
+            continue
+        # A relative data path is relative to where the command was typed. The data (or test) file is
+        # looked for where it now is if it moved along with the run's folders, else where it was.
+        data = Path(getattr(saved, name)).expanduser()
         typed_in = Path.cwd() if cwd is None else origin / cwd
         then = Path(os.path.normpath(data if data.is_absolute() else typed_in / data))
         moved = Path(os.path.normpath(here / os.path.relpath(then, origin)))
-        saved.data = str(moved if moved.exists() or not then.exists() else then)
+        setattr(saved, name, str(moved if moved.exists() or not then.exists() else then))
     saved.quiet = saved.quiet or args.quiet
     saved.argv = argv
     saved.out = out

@@ -626,11 +626,12 @@ def fit(
             passes its column names); ``obs`` and ``point`` default to 0, 1, ….
         holdout_after, holdout: a backtest, for one input column: fit on the points with x ≤
             ``holdout_after`` (or all but the last ``holdout`` fraction by x) and score the predictive of
-            y* on the rest (:func:`bayes_rbfn.infer.scores.score_forecast`: coverage of the 50/80/95% bands,
-            interval scores, CRPS, log predictive density, MAE). The held-out points are stored as
+            y* on the rest (:func:`bayes_rbfn.score`: coverage of the 50/80/95% bands, interval scores,
+            CRPS, log predictive density, RMSE, MAE). The held-out points are stored as
             ``constant_data`` ``X_holdout``/``y_holdout`` and the scores as JSON in the posterior's
             attribute ``bayes_rbfn_backtest`` (read them with :func:`backtest_scores`). Each side needs at
-            least 10 points; Gaussian likelihood only.
+            least 10 points; Gaussian likelihood only. To score test data of one's own, fit with
+            ``X_pred=X_test`` and call :func:`bayes_rbfn.score`.
         init: how the chains start: ``"median"`` (the prior-median start of NumPyro, identity mass
             matrix), ``"map"`` (the posterior mode and a Laplace mass matrix, :func:`laplace_start`:
             much shorter early warm-up trees when the posterior is narrow, e.g. for large N; falls back
@@ -878,18 +879,13 @@ def holdout_split(
 
 
 def _score_holdout(idata: az.InferenceData, X_test: np.ndarray, y_test: np.ndarray) -> None:
-    """Score the fit's predictive of y* at the held-out points; store them and the scores in ``idata``."""
+    """Score the fit's predictive of y* at the held-out points (:func:`bayes_rbfn.infer.scores.score`); store
+    them and the scores in ``idata``."""
     import xarray as xr
 
-    from bayes_rbfn.infer.predictive import predict
-    from bayes_rbfn.infer.scores import score_forecast
+    from bayes_rbfn.infer.scores import score
 
-    pred = predict(idata, X_test)
-    noise = np.asarray(posterior_params(idata, rebuild(idata)[1].fixed)["noise"]).reshape(-1, 1)
-    S = X_test.shape[0]
-    means = pred.f_mean.reshape(-1, S)
-    sds = np.sqrt(pred.f_var.reshape(-1, S) + noise**2)
-    result = score_forecast(means, sds, y_test)
+    result = score(idata, X_test, y_test)
     result["holdout_after"] = float(np.max(idata.constant_data["X"].values[:, 0]))
     idata.constant_data["X_holdout"] = xr.DataArray(X_test, dims=("holdout", "input_dim"))
     idata.constant_data["y_holdout"] = xr.DataArray(y_test, dims=("holdout",))

@@ -13,7 +13,11 @@ network). Every score here is computed for that mixture, per held-out point, the
   cost grows as the square of the number of components, so at most :data:`CRPS_COMPONENTS` evenly
   thinned draws enter it;
 * **log predictive density** log p(y* | data) = log mean_s N(y* | m_s, v_s + σ_s²) (logsumexp);
-* **MAE** of the mixture mean.
+* **RMSE** and **MAE** of the mixture mean.
+
+:func:`score` applies them to a fit: the predictive of :func:`bayes_rbfn.predict` at held-out inputs,
+scored against the values observed there (the backtest of ``fit(holdout=...)`` and ``bayes-rbfn fit
+--test`` both go through it).
 
 References
 ----------
@@ -39,6 +43,7 @@ __all__ = [
     "crps_mixture",
     "interval_score",
     "log_predictive_density",
+    "score",
     "score_forecast",
 ]
 
@@ -98,8 +103,8 @@ def score_forecast(
         levels: the central bands to score.
 
     Returns:
-        {``n``, ``mae``, ``crps``, ``lpd`` (mean log predictive density per point), and per level L (in
-        percent) ``coverage_L`` and ``interval_score_L``}.
+        {``n``, ``rmse``, ``mae``, ``crps``, ``lpd`` (mean log predictive density per point), and per level
+        L (in percent) ``coverage_L`` and ``interval_score_L``}.
     """
     from bayes_rbfn.infer.predictive import mixture_quantiles
 
@@ -107,9 +112,11 @@ def score_forecast(
     y = np.asarray(y, dtype=float)
     probs = sorted({p for c in levels for p in ((1 - c) / 2, (1 + c) / 2)})
     q = mixture_quantiles(means, sds**2, probs)
+    error = means.mean(axis=0) - y
     out: dict[str, float] = {
         "n": float(y.size),
-        "mae": float(np.mean(np.abs(means.mean(axis=0) - y))),
+        "rmse": float(np.sqrt(np.mean(error**2))),
+        "mae": float(np.mean(np.abs(error))),
         "crps": float(np.mean(crps_mixture(means, sds, y))),
         "lpd": float(np.mean(log_predictive_density(means, sds, y))),
     }
@@ -119,3 +126,83 @@ def score_forecast(
         out[f"coverage_{tag}"] = coverage(lower, upper, y)
         out[f"interval_score_{tag}"] = float(np.mean(interval_score(lower, upper, y, 1 - c)))
     return out
+
+
+def score(
+    idata: Any,
+    X_test: Any,
+    y_test: Any,
+    *,
+    group: Any = None,
+    levels: Sequence[float] = BACKTEST_LEVELS,
+    kernel: Any = None,
+    mean: Any = None,
+) -> dict[str, float]:
+    """Score a fit's predictive of new observations at held-out inputs against the values observed there.
+
+    The predictive of y* at each test input is the mixture over posterior draws of N(m_s, v_s + σ_s²),
+    with the per-draw analytic moments and noise σ_s of :func:`bayes_rbfn.predict`; the scores are those of
+    :func:`score_forecast` (RMSE and MAE of the mixture mean, CRPS, mean log predictive density, coverage
+    and interval score of the central bands), in the units of the data. When ``X_test`` is the fit's own
+    ``X_pred`` (``fit(..., X_pred=X_test)``), its stored ``predictions`` are scored instead of being
+    computed again.
+
+    Args:
+        idata: InferenceData of :func:`bayes_rbfn.fit` (or read from its ``inference.nc``), Gaussian
+            likelihood.
+        X_test: (S, D) or (S,) held-out inputs. y_test: (S,) the values observed at them.
+        group: (S,) group codes of the test points, for the grouped model.
+        levels: the central bands to score (default 50%, 80%, 95%).
+        kernel, mean: as :func:`bayes_rbfn.predict`, for a fit whose file cannot rebuild them.
+
+    Returns:
+        {``n``, ``rmse``, ``mae``, ``crps``, ``lpd``, ``coverage_L``, ``interval_score_L``} as
+        :func:`score_forecast` (L the levels in percent: ``coverage_95``).
+
+    Raises:
+        ValueError: a fit without a Gaussian likelihood, or test data of the wrong shape or not finite.
+    """
+    from bayes_rbfn.infer.predictive import noise_draws, predict
+    from bayes_rbfn.infer.schema import rebuild
+
+    likelihood = str(idata.posterior.attrs.get("bayes_rbfn_likelihood", "gaussian"))
+    if likelihood != "gaussian":
+        raise ValueError(
+            f"idata: the scores are of a Gaussian predictive of y*; this fit has the {likelihood!r} "
+            "likelihood"
+        )
+    X = np.asarray(X_test, dtype=float)
+    X = X[:, None] if X.ndim == 1 else X
+    y = np.asarray(y_test, dtype=float)
+    if y.ndim != 1 or y.shape[0] != X.shape[0]:
+        raise ValueError(f"y_test: expected shape ({X.shape[0]},) to match X_test, got {y.shape}")
+    if not np.all(np.isfinite(y)):
+        raise ValueError(f"y_test: {int(np.sum(~np.isfinite(y)))} value(s) are NaN or infinite")
+    if _is_x_pred(idata, X, group):
+        _, _, _, params = rebuild(idata, kernel=kernel, mean=mean)
+        f_mean = np.asarray(idata.predictions["f_mean"].values, dtype=float)
+        f_var = np.asarray(idata.predictions["f_var"].values, dtype=float)
+        noise = noise_draws(params, f_mean.shape[:2], group=group)
+    else:
+        pred = predict(idata, X, group=group, kernel=kernel, mean=mean)
+        f_mean, f_var, noise = pred.f_mean, pred.f_var, pred.noise
+    if noise is None:
+        raise ValueError("idata: this fit has no noise σ, so it has no predictive of y* to score")
+    S = X.shape[0]
+    means = f_mean.reshape(-1, S)
+    variances = f_var.reshape(-1, S) + np.reshape(noise, (means.shape[0], -1)) ** 2
+    return score_forecast(means, np.sqrt(variances), y, levels)
+
+
+def _is_x_pred(idata: Any, X: np.ndarray, group: Any) -> bool:
+    """Whether (X, group) are exactly the inputs (and group codes) of the fit's stored ``predictions``."""
+    if "predictions" not in idata.groups() or "predictions_constant_data" not in idata.groups():
+        return False
+    pcd = idata.predictions_constant_data
+    X_pred = np.asarray(pcd["X_pred"].values)
+    if X_pred.shape != X.shape or not np.array_equal(X_pred, X):
+        return False
+    stored = pcd["pred_group"].values if "pred_group" in pcd else None
+    if stored is None or group is None:
+        return stored is None and group is None
+    return bool(np.array_equal(np.asarray(stored), np.asarray(group)))

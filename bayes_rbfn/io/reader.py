@@ -86,6 +86,7 @@ def read_xy_csv(
     strict: bool = False,
     min_rows: int = 3,
     on_wait: Callable[[str], None] | None = None,
+    training: bool = True,
 ) -> Dataset:
     """Read inputs, a target and optionally a group label from a CSV file.
 
@@ -110,6 +111,8 @@ def read_xy_csv(
         on_wait: called with a one-line message when ``path`` is a pipe or device that has delivered no
             data within 0.2 s of being opened (a FIFO with no writer blocks until one comes), so the
             caller can say what it is waiting for. Not called for regular files.
+        training: the data a model is fitted to; False for held-out test data, where a constant target
+            is accepted and constant input columns get no note.
 
     Returns:
         A :class:`~bayes_rbfn.io.datasets.Dataset` with ``X`` (N, D) and ``y`` (N,) float64, ``group`` (N,)
@@ -118,7 +121,7 @@ def read_xy_csv(
     Raises:
         InputError: missing or unreadable file, not a CSV text file, empty file, unknown or repeated
             column, non-numeric value, ambiguous decimal marks, missing values with ``strict``, fewer
-            than ``min_rows`` rows, or a constant target.
+            than ``min_rows`` rows, or a constant target (with ``training``).
     """
     path = Path(path).expanduser()
     x_cols = [x_cols] if isinstance(x_cols, str) else list(x_cols)
@@ -185,12 +188,12 @@ def read_xy_csv(
             f"{path}: only {n} usable row(s) after dropping {n_bad} with missing or non-finite values; "
             f"need at least {min_rows}"
         )
-    if np.all(y == y[0]):
+    if training and np.all(y == y[0]):
         raise InputError(
             f"{path}: the target column {y_col!r} is constant (every usable value is {y[0]:g}); "
             "there is nothing to fit"
         )
-    constant_x = [col for j, col in enumerate(x_cols) if np.all(X[:, j] == X[0, j])]
+    constant_x = [col for j, col in enumerate(x_cols) if training and np.all(X[:, j] == X[0, j])]
     if constant_x:
         notes += (" " if notes else "") + (
             f"Input column(s) {', '.join(map(repr, constant_x))} are constant; their lengthscale is "

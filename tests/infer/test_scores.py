@@ -57,4 +57,5 @@ def test_score_forecast_bands_are_the_mixture_quantiles():
     expected_is = np.mean(scores.interval_score(np.array(lower), np.array(upper), Y, 0.2))
     assert out["interval_score_80"] == pytest.approx(expected_is, rel=1e-6)
     assert out["mae"] == pytest.approx(np.mean(np.abs(MEANS.mean(axis=0) - Y)))
+    assert out["rmse"] == pytest.approx(np.sqrt(np.mean((MEANS.mean(axis=0) - Y) ** 2)))
     assert out["n"] == S
