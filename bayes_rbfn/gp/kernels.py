@@ -124,6 +124,12 @@ def _real_parameter(cls_name: str, name: str, value: Any) -> np.ndarray:
     return arr.astype(float)
 
 
+def _variance_diag(variance: Any, X: Any) -> jax.Array:
+    """k(x_i, x_i) = s² at every row of X, shape (N,), in the result type of X and s²."""
+    X = as_2d(X)
+    return jnp.broadcast_to(variance, X.shape[:1]).astype(jnp.result_type(X, variance))
+
+
 def check_positive_parameter(cls_name: str, name: str, value: Any) -> None:
     """Raise ``ValueError`` when a concrete hyperparameter is not finite and positive."""
     if not is_concrete(value):
@@ -270,8 +276,7 @@ class Stationary(Kernel):
         return self.variance * self.profile(scaled_sqdist(X1, X2, self.lengthscale))
 
     def diag(self, X: Any) -> jax.Array:
-        X = as_2d(X)
-        return jnp.broadcast_to(self.variance, X.shape[:1]).astype(jnp.result_type(X, self.variance))
+        return _variance_diag(self.variance, X)
 
 
 class SquaredExponential(Stationary):
@@ -344,8 +349,7 @@ class Periodic(Kernel):
         return self.variance * jnp.exp(-2.0 * jnp.sum(s * s, axis=-1))
 
     def diag(self, X: Any) -> jax.Array:
-        X = as_2d(X)
-        return jnp.broadcast_to(self.variance, X.shape[:1]).astype(jnp.result_type(X, self.variance))
+        return _variance_diag(self.variance, X)
 
 
 class Linear(Kernel):
@@ -380,8 +384,8 @@ class Linear(Kernel):
         return jnp.sum(X * self.variance * X, axis=-1) + self.offset
 
 
-class Constant(Kernel):
-    """Constant kernel k(x, x') = c: a random offset b ~ N(0, c) shared by all inputs (§4.2.2 of [1])."""
+class _VarianceOnly(Kernel):
+    """A kernel whose one hyperparameter is its value s² at coincident inputs (``diag``)."""
 
     params = ("variance",)
     positive = ("variance",)
@@ -389,18 +393,21 @@ class Constant(Kernel):
     def __init__(self, variance: Any = 1.0) -> None:
         self._set(variance=variance)
 
+    def diag(self, X: Any) -> jax.Array:
+        return _variance_diag(self.variance, X)
+
+
+class Constant(_VarianceOnly):
+    """Constant kernel k(x, x') = c: a random offset b ~ N(0, c) shared by all inputs (§4.2.2 of [1])."""
+
     def __call__(self, X1: Any, X2: Any | None = None) -> jax.Array:
         X1 = as_2d(X1)
         X2 = X1 if X2 is None else as_2d(X2)
         dtype = jnp.result_type(X1, X2, self.variance)
         return jnp.broadcast_to(self.variance, (X1.shape[0], X2.shape[0])).astype(dtype)
 
-    def diag(self, X: Any) -> jax.Array:
-        X = as_2d(X)
-        return jnp.broadcast_to(self.variance, X.shape[:1]).astype(jnp.result_type(X, self.variance))
 
-
-class WhiteNoise(Kernel):
+class WhiteNoise(_VarianceOnly):
     """White-noise kernel k(x, x') = s² [x = x'], the indicator of equal inputs (all coordinates equal).
 
     A function of the two input *values*, not of which arrays were passed: k(X) = k(X, X) = s² I for
@@ -413,22 +420,12 @@ class WhiteNoise(Kernel):
     chosen by pivoted Cholesky). For observation noise use the models' ``noise`` σ, not this kernel.
     """
 
-    params = ("variance",)
-    positive = ("variance",)
-
-    def __init__(self, variance: Any = 1.0) -> None:
-        self._set(variance=variance)
-
     def __call__(self, X1: Any, X2: Any | None = None) -> jax.Array:
         X1 = as_2d(X1)
         X2 = X1 if X2 is None else as_2d(X2)
         equal = jnp.all(X1[:, None, :] == X2[None, :, :], axis=-1)
         dtype = jnp.result_type(X1, X2, self.variance)
         return jnp.where(equal, self.variance, 0.0).astype(dtype)
-
-    def diag(self, X: Any) -> jax.Array:
-        X = as_2d(X)
-        return jnp.broadcast_to(self.variance, X.shape[:1]).astype(jnp.result_type(X, self.variance))
 
 
 class _Composite(Kernel):
