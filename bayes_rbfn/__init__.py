@@ -42,12 +42,12 @@ if TYPE_CHECKING:
     from bayes_rbfn.gp import conditional, kernels, linalg
     from bayes_rbfn.infer.diagnostics import ConvergenceWarning
     from bayes_rbfn.infer.fitting import Float32Warning, build_model, fit, prior_predictive
-    from bayes_rbfn.infer.loo import loo_pit
+    from bayes_rbfn.infer.loo import loo_log_likelihood, loo_pit
     from bayes_rbfn.infer.predictive import predict, predict_model
     from bayes_rbfn.infer.replicates import posterior_replicates
     from bayes_rbfn.infer.sampler import SamplerSettings
     from bayes_rbfn.infer.scores import score
-    from bayes_rbfn.models.distributions import ExactGP, SparseGP, loo_log_likelihood
+    from bayes_rbfn.models.distributions import ExactGP, SparseGP
     from bayes_rbfn.models.families import kernel_family
     from bayes_rbfn.models.layers import predict_rbfn, rbfn
 
@@ -60,7 +60,7 @@ _LAZY = {
     "fit": ("bayes_rbfn.infer.fitting", "fit"),
     "build_model": ("bayes_rbfn.infer.fitting", "build_model"),
     "prior_predictive": ("bayes_rbfn.infer.fitting", "prior_predictive"),
-    "loo_log_likelihood": ("bayes_rbfn.models.distributions", "loo_log_likelihood"),
+    "loo_log_likelihood": ("bayes_rbfn.infer.loo", "loo_log_likelihood"),
     "predict": ("bayes_rbfn.infer.predictive", "predict"),
     "predict_model": ("bayes_rbfn.infer.predictive", "predict_model"),
     "loo_pit": ("bayes_rbfn.infer.loo", "loo_pit"),

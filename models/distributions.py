@@ -42,8 +42,8 @@ a scalar noise σ or D = diag(σ²) for one σ_i per point (heteroscedastic nois
   (:func:`bayes_rbfn.gp.conditional.sor_predict`, also behind :func:`bayes_rbfn.gp.conditional.sor` and
   :func:`bayes_rbfn.gp.sparse.dtc`/``fitc``/``vfe``; :func:`bayes_rbfn.gp.conditional.exact_predict`);
   ``loo_log_prob`` the N leave-one-out conditionals log p(y_i | y_−i), in O(NM²) for SparseGP
-  (:func:`bayes_rbfn.gp.parallel.sor_loo`), for PSIS-LOO (:func:`loo_log_likelihood` puts them into an
-  InferenceData), and ``loo_pit`` their CDFs at the data.
+  (:func:`bayes_rbfn.gp.parallel.sor_loo`), for PSIS-LOO (:func:`bayes_rbfn.infer.loo.loo_log_likelihood`
+  puts them into an InferenceData), and ``loo_pit`` their CDFs at the data.
 
 Batches
 -------
@@ -106,7 +106,7 @@ from bayes_rbfn.gp.validation import as_float_array, check_X, is_concrete
 from bayes_rbfn.models.common import SortedPytreeFields
 from bayes_rbfn.models.means import mean_vector
 
-__all__ = ["APPROXIMATIONS", "ExactGP", "SparseGP", "deferred_loo", "loo_log_likelihood", "replayed_loo"]
+__all__ = ["APPROXIMATIONS", "ExactGP", "SparseGP", "deferred_loo"]
 
 #: The sparse approximations :class:`SparseGP` takes.
 APPROXIMATIONS = sparse.APPROXIMATIONS
@@ -210,14 +210,10 @@ def _check_kernel_shapes(kernel: Kernel, k: int, dim: int, N: int, dtype: Any) -
             value = getattr(kern, name)
             if isinstance(value, Kernel):
                 walk(value, d)
-            elif name in ("lengthscale", "period"):
+            else:
                 shape = tuple(jnp.shape(value))[_lead(value, k) :]
-                if len(shape) > 1 or (len(shape) == 1 and shape[0] not in (1, d)):
-                    raise ValueError(
-                        f"kernel: {type(kern).__name__}'s {name} has shape {shape} per member; expected a "
-                        f"scalar or one value per input dimension ({d}). Hyperparameters with batch axes "
-                        "(one per series, say) are declared with kernel_batch_shape"
-                    )
+                hint = " per member; hyperparameters with batch axes (one per series) take kernel_batch_shape"
+                conditional.check_parameter_shape(kern, name, shape, d, hint)
 
     walk(kernel, dim)
     member = jax.tree_util.tree_map(
@@ -466,8 +462,8 @@ class _GaussianProcessMarginal(SortedPytreeFields, dist.Distribution):
         """Posterior predictive replicates y_rep ~ p(y_rep | y) at X, shape sample_shape + batch + (N,),
         batch = broadcast(batch_shape, y.shape[:-1]): f from its conditional given y, plus the noise.
 
-        What ``az.plot_ppc`` and ``az.loo_pit`` compare the data with: unlike :meth:`sample` (the marginal,
-        which ignores y). Each member conditions on its own y; their draws are independent.
+        What ``az.plot_ppc`` compares the data with: unlike :meth:`sample` (the marginal, which ignores
+        y). Each member conditions on its own y; their draws are independent.
         """
         y = jnp.asarray(y, dtype=self.X.dtype)
         self._check_length(y, "y")
@@ -678,7 +674,9 @@ class SparseGP(_GaussianProcessMarginal):
         approximation with its own training conditional (:func:`bayes_rbfn.gp.sparse.replicates`: SoR and
         DTC deterministic given the weights, FITC's and VFE's independent diag(K_ff − Q_ff))."""
         r = y - self.loc
-        factor, _ = self._factor(r)
+        factor, d = self._factor(r)
+        # FITC's factor already holds λ = diag(K_ff − Q_ff) in d = σ² + λ.
+        residual = jnp.maximum(d - self.noise**2, 0.0) if self.approx == "fitc" else None
         draws = sparse.replicates(
             self.approx,
             factor,
@@ -689,6 +687,7 @@ class SparseGP(_GaussianProcessMarginal):
             self.noise,
             key,
             sample_shape,
+            residual=residual,
             **self._settings(),
         )
         return self.loc + draws
@@ -783,104 +782,3 @@ def deferred_loo(evaluate: Callable[[dict, Any], np.ndarray], draws: dict) -> np
     if again.any():
         values[again] = evaluate({n: np.asarray(v)[again] for n, v in draws.items()}, True)
     return values
-
-
-def replayed_loo(
-    idata: Any,
-    model: Callable,
-    args: tuple,
-    kwargs: dict,
-    *,
-    site: str = "y",
-    batch_size: int = 64,
-    statistic: str = "log_density",
-) -> np.ndarray:
-    """LOO values of a model's observed ``site`` at every posterior draw, shape (chain, draw, N).
-
-    Replays ``model(*args, **kwargs)`` at each draw of ``idata.posterior``
-    (``numpyro.handlers.substitute``) and evaluates the site's distribution on its observed value:
-    ``loo_log_prob`` (``statistic="log_density"``) or ``loo_pit`` (``"pit"``) of a :class:`SparseGP` or
-    :class:`ExactGP`; for a factorised continuous likelihood with ``"pit"``, its ``cdf``. Draws are
-    evaluated ``batch_size`` at a time, through :func:`deferred_loo`.
-    """
-    from numpyro import handlers
-
-    post = idata.posterior
-    chains, draws = post.sizes["chain"], post.sizes["draw"]
-    names = list(post.data_vars)
-    flat = {n: np.asarray(post[n].values).reshape(chains * draws, *post[n].shape[2:]) for n in names}
-    method = {"log_density": "loo_log_prob", "pit": "loo_pit"}[statistic]
-
-    def one(values, exact):
-        trace = handlers.trace(handlers.substitute(model, data=values)).get_trace(*args, **kwargs)
-        if site not in trace:
-            raise ValueError(f"site: the model has no site {site!r}")
-        node = trace[site]
-        if not node["is_observed"]:
-            raise ValueError(f"site: {site!r} is not observed")
-        fn = node["fn"]
-        if hasattr(fn, method):
-            return getattr(fn, method)(node["value"], exact=exact)
-        if statistic == "pit" and not fn.support.is_discrete:
-            return fn.cdf(node["value"])  # a factorised likelihood: the pointwise CDF
-        raise ValueError(
-            f"site: {site!r} is a {type(fn).__name__}, not a SparseGP or ExactGP"
-            + (
-                " (a factorised likelihood's pointwise log density is already what az.from_numpyro stores)"
-                if statistic == "log_density"
-                else " or a continuous likelihood (a discrete one's PIT is not uniform when calibrated)"
-            )
-        )
-
-    def evaluate(values, exact):
-        batched = jax.jit(jax.vmap(lambda v: one(v, exact)))
-        total = len(next(iter(values.values())))
-        return np.concatenate(
-            [
-                np.asarray(batched({n: v[s : s + batch_size] for n, v in values.items()}))
-                for s in range(0, total, batch_size)
-            ]
-        )
-
-    return deferred_loo(evaluate, flat).reshape(chains, draws, -1)
-
-
-def loo_log_likelihood(
-    idata: Any,
-    model: Callable,
-    *args: Any,
-    site: str = "y",
-    batch_size: int = 64,
-    **kwargs: Any,
-) -> Any:
-    """Put the LOO conditionals of a GP-marginal site into ``idata.log_likelihood`` so ``az.loo`` works.
-
-    ``az.from_numpyro`` stores one log density per draw for a site whose likelihood does not factorise
-    (``SparseGP``, ``ExactGP``), and ``az.loo`` would then see a single observation. For PSIS-LOO of such a
-    model the pointwise values must be the conditionals log p(y_i | y_−i, θ) ([3]): this replays ``model``
-    at every posterior draw (``numpyro.handlers.substitute``), takes the distribution at ``site`` and
-    calls its ``loo_log_prob`` on the observed value; draws are evaluated ``batch_size`` at a time.
-
-    Args:
-        idata: InferenceData from ``az.from_numpyro`` with a ``posterior`` group.
-        model: the NumPyro model function; ``*args, **kwargs`` as passed to ``MCMC.run`` (with the data).
-        site: the observed site whose distribution is a :class:`SparseGP` or :class:`ExactGP`.
-
-    Returns:
-        ``idata``, with ``log_likelihood[site]`` of shape (chain, draw, N) (replaced if present).
-    """
-    import xarray as xr
-
-    post = idata.posterior
-    values = replayed_loo(idata, model, args, kwargs, site=site, batch_size=batch_size)
-    dim = f"{site}_dim_0"
-    array = xr.DataArray(
-        values,
-        dims=("chain", "draw", dim),
-        coords={"chain": post["chain"].values, "draw": post["draw"].values},
-    )
-    if "log_likelihood" in idata.groups():
-        idata.log_likelihood[site] = array
-    else:
-        idata.add_groups(log_likelihood=xr.Dataset({site: array}))
-    return idata

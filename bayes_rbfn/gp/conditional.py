@@ -51,6 +51,7 @@ __all__ = [
     "Gaussian",
     "check_jitter",
     "check_kernel",
+    "check_parameter_shape",
     "check_regression_inputs",
     "condition_gaussian",
     "exact_factor",
@@ -335,13 +336,21 @@ def check_kernel(kernel: Any, dim: int) -> None:
             check_positive_parameter(type(kernel).__name__, name, value)
         if name in kernel.nonnegative:
             check_nonnegative_parameter(type(kernel).__name__, name, value)
-        if name in ("lengthscale", "period"):
-            shape = np.shape(value)
-            if len(shape) > 1 or (len(shape) == 1 and shape[0] not in (1, dim)):
-                raise ValueError(
-                    f"{type(kernel).__name__}: {name} has shape {shape}; expected a scalar or one value "
-                    f"per input dimension ({dim})"
-                )
+        check_parameter_shape(kernel, name, np.shape(value), dim)
+
+
+def check_parameter_shape(
+    kernel: Kernel, name: str, shape: tuple[int, ...], dim: int, hint: str = ""
+) -> None:
+    """A lengthscale or period must be a scalar or one value per input dimension (``dim``); ValueError
+    naming the kernel, the hyperparameter and its shape otherwise (``hint`` appended)."""
+    if name in ("lengthscale", "period") and (
+        len(shape) > 1 or (len(shape) == 1 and shape[0] not in (1, dim))
+    ):
+        raise ValueError(
+            f"{type(kernel).__name__}: {name} has shape {shape}; expected a scalar or one value per input "
+            f"dimension ({dim}){hint}"
+        )
 
 
 def exact_gp(kernel: Kernel, X: Any, y: Any, noise: Any, X_test: Any, full_cov: bool = True) -> Gaussian:

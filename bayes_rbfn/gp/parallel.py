@@ -435,7 +435,7 @@ def _batched_like(a: jax.Array, ref: jax.Array) -> jax.Array:
     The sums AAᵀ do not depend on y. Under a ``vmap`` over y alone (a batch of series sharing the kernel
     and the inputs) the custom VJP below would then have one unmapped and one mapped output, and JAX
     (0.9) hands each mapped member's reverse pass the cotangent of the unmapped output summed over the
-    whole batch: the kernel's gradient came out the batch size times too large. Tied to y, every output
+    whole batch: the kernel's gradient would be the batch size times too large. Tied to y, every output
     is mapped and each member's reverse pass gets its own cotangents.
     """
     return jnp.where(True, a, jnp.sum(ref).astype(a.dtype))

@@ -196,6 +196,7 @@ def replicates(
     key: jax.Array,
     sample_shape: tuple[int, ...] = (),
     *,
+    residual: jax.Array | None = None,
     chunk_size: int | None = None,
     mesh: Any = None,
 ) -> jax.Array:
@@ -224,6 +225,8 @@ def replicates(
             and y. kernel: covariance function. X: (N, D). y: (N,) centred targets. Z: (M, D).
             noise: σ, a scalar or (N,).
         key: PRNG key. sample_shape: leading shape of the draws.
+        residual: λ (N,) for FITC and VFE when the caller has it (FITC's :func:`training_factor` returns
+            d = σ² + λ); else computed here (:func:`bayes_rbfn.gp.parallel.nystrom_residual`).
         chunk_size, mesh: the streamed pass's settings (λ's pass, for FITC and VFE).
 
     Returns:
@@ -237,7 +240,9 @@ def replicates(
     weights = factor.weight_mean()[:, None] + linalg.solve_upper(factor.Luu, linalg.solve_upper(factor.LB, z))
     f = (kernel(X, Z) @ weights).T.reshape(*sample_shape, N)
     if approx in ("fitc", "vfe"):
-        lam = parallel.nystrom_residual(kernel, Z, factor.Luu, X, chunk_size=chunk_size, mesh=mesh)
+        lam = residual
+        if lam is None:
+            lam = parallel.nystrom_residual(kernel, Z, factor.Luu, X, chunk_size=chunk_size, mesh=mesh)
         eps = jax.random.normal(k_latent, (*sample_shape, N), dtype=dtype)
         if approx == "fitc":
             gain = lam / (lam + noise**2)

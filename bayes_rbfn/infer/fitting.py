@@ -620,8 +620,7 @@ def fit(
             simulated by the model's observed site, dims (chain, draw, obs) with one chain), computed as
             :func:`prior_predictive` does, so that ``az.plot_ppc(idata, group="prior")`` and
             ``az.plot_dist_comparison`` work. One compiled program simulates the draws one after the
-            other: ~1 s for 500 draws of ``sor`` at N = 200, M = 15 on 2 CPU cores, besides compiling it
-            once (about what a warm refit of that size costs), hence not by default.
+            other; off by default (it costs about as much as a small refit).
         coords: ArviZ coordinates, e.g. ``{"input_dim": ["year"]}`` names the input columns (the CLI
             passes its column names); ``obs`` and ``point`` default to 0, 1, ….
         holdout_after, holdout: a backtest, for one input column: fit on the points with x ≤

@@ -26,6 +26,8 @@ References
     workflow. JRSS A 182, 389–402.
 [3] Vehtari, A., Gelman, A. & Gabry, J. (2017). Practical Bayesian model evaluation using leave-one-out
     cross-validation and WAIC. Statistics and Computing 27, 1413–1432.
+[4] Bürkner, P.-C., Gabry, J. & Vehtari, A. (2020). Efficient leave-one-out cross-validation for Bayesian
+    non-factorized normal and Student-t models. Computational Statistics.
 """
 
 from __future__ import annotations
@@ -37,7 +39,104 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["loo_pit", "pit_weights"]
+__all__ = ["loo_log_likelihood", "loo_pit", "pit_weights", "replayed_loo"]
+
+
+def replayed_loo(
+    idata: Any,
+    model: Callable,
+    args: tuple,
+    kwargs: dict,
+    *,
+    site: str = "y",
+    batch_size: int = 64,
+    statistic: str = "log_density",
+) -> np.ndarray:
+    """LOO values of a model's observed ``site`` at every posterior draw, shape (chain, draw, N).
+
+    Replays ``model(*args, **kwargs)`` at each draw of ``idata.posterior``
+    (:func:`bayes_rbfn.infer.replicates.replay`) and evaluates the site's distribution on its observed
+    value: ``loo_log_prob`` (``statistic="log_density"``) or ``loo_pit`` (``"pit"``) of a ``SparseGP`` or
+    ``ExactGP``; for a factorised continuous likelihood with ``"pit"``, its ``cdf``. Draws are evaluated
+    ``batch_size`` at a time, through :func:`bayes_rbfn.models.distributions.deferred_loo`.
+    """
+    import jax
+
+    from bayes_rbfn.infer.replicates import flat_draws, observed_node, replay
+    from bayes_rbfn.models.distributions import deferred_loo
+
+    flat, lead = flat_draws(idata)
+    method = {"log_density": "loo_log_prob", "pit": "loo_pit"}[statistic]
+    key = jax.random.PRNGKey(0)  # for sites a draw does not hold (none, for a posterior of this model)
+
+    def one(values, exact):
+        node = observed_node(replay(model, values, key, args, kwargs), site)
+        fn = node["fn"]
+        if hasattr(fn, method):
+            return getattr(fn, method)(node["value"], exact=exact)
+        if statistic == "pit" and not fn.support.is_discrete:
+            return fn.cdf(node["value"])  # a factorised likelihood: the pointwise CDF
+        raise ValueError(
+            f"site: {site!r} is a {type(fn).__name__}, not a SparseGP or ExactGP"
+            + (
+                " (a factorised likelihood's pointwise log density is already what az.from_numpyro stores)"
+                if statistic == "log_density"
+                else " or a continuous likelihood (a discrete one's PIT is not uniform when calibrated)"
+            )
+        )
+
+    def evaluate(values, exact):
+        batched = jax.jit(jax.vmap(lambda v: one(v, exact)))
+        total = len(next(iter(values.values())))
+        return np.concatenate(
+            [
+                np.asarray(batched({n: v[s : s + batch_size] for n, v in values.items()}))
+                for s in range(0, total, batch_size)
+            ]
+        )
+
+    return deferred_loo(evaluate, flat).reshape(*lead, -1)
+
+
+def loo_log_likelihood(
+    idata: Any,
+    model: Callable,
+    *args: Any,
+    site: str = "y",
+    batch_size: int = 64,
+    **kwargs: Any,
+) -> Any:
+    """Put the LOO conditionals of a GP-marginal site into ``idata.log_likelihood`` so ``az.loo`` works.
+
+    ``az.from_numpyro`` stores one log density per draw for a site whose likelihood does not factorise
+    (``SparseGP``, ``ExactGP``), and ``az.loo`` would then see a single observation. For PSIS-LOO of such a
+    model the pointwise values must be the conditionals log p(y_i | y_−i, θ) ([4]): this replays ``model``
+    at every posterior draw and calls the site's ``loo_log_prob`` on the observed value
+    (:func:`replayed_loo`).
+
+    Args:
+        idata: InferenceData from ``az.from_numpyro`` with a ``posterior`` group.
+        model: the NumPyro model function; ``*args, **kwargs`` as passed to ``MCMC.run`` (with the data).
+        site: the observed site whose distribution is a ``SparseGP`` or ``ExactGP``.
+        batch_size: posterior draws evaluated at a time.
+
+    Returns:
+        ``idata``, with ``log_likelihood[site]`` of shape (chain, draw, N) (replaced if present).
+    """
+    import xarray as xr
+
+    post = idata.posterior
+    values = replayed_loo(idata, model, args, kwargs, site=site, batch_size=batch_size)
+    array = xr.DataArray(
+        values,
+        dims=("chain", "draw", f"{site}_dim_0"),
+        coords={"chain": post["chain"].values, "draw": post["draw"].values},
+    )
+    if "log_likelihood" in idata.groups():
+        idata.log_likelihood[site] = array
+    else:
+        idata.add_groups(log_likelihood=xr.Dataset({site: array}))
+    return idata
 
 
 def pit_weights(idata: Any, log_likelihood: np.ndarray) -> np.ndarray:
@@ -129,8 +228,6 @@ def loo_pit(
         if log_lik is None:
             raise ValueError("idata: no log_likelihood group (fit with log_likelihood=True)")
     else:
-        from bayes_rbfn.models.distributions import replayed_loo
-
         replay = {"site": site, "batch_size": batch_size}
         pit = replayed_loo(idata, model, args, kwargs, statistic="pit", **replay)
         log_lik = _stored_log_likelihood(idata, site)

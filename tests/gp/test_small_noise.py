@@ -431,7 +431,8 @@ def test_loo_log_likelihood_of_a_users_model_at_interpolated_points(interpolatin
     import numpyro
     import numpyro.distributions as dist
 
-    from bayes_rbfn.models.distributions import SparseGP, loo_log_likelihood
+    from bayes_rbfn.infer.loo import loo_log_likelihood
+    from bayes_rbfn.models.distributions import SparseGP
 
     X, y, Z, idata = interpolating_fit
 

@@ -31,7 +31,7 @@ from numpyro.infer import Predictive
 
 from bayes_rbfn import ExactGP, SparseGP
 from bayes_rbfn.gp.kernels import SquaredExponential
-from bayes_rbfn.models.distributions import loo_log_likelihood
+from bayes_rbfn.infer.loo import loo_log_likelihood
 
 JITTER = 1e-8  # the float64 jitter policy (bayes_rbfn.gp.linalg.JITTER)
 APPROX = ("sor", "dtc", "fitc", "vfe")
