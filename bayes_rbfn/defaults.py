@@ -6,10 +6,39 @@ layers need live here rather than in :mod:`bayes_rbfn.infer.fitting`.
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_NUM_INDUCING", "INITS", "MAP_SEARCH_POINTS", "MAP_START_MIN_POINTS", "MAX_TREE_DEPTH"]
+__all__ = [
+    "DEFAULT_NUM_INDUCING",
+    "EXACT_MAX_POINTS",
+    "INDUCING_WORK",
+    "INITS",
+    "MAP_SEARCH_POINTS",
+    "MAP_START_MIN_POINTS",
+    "MAX_NUM_INDUCING",
+    "MAX_TREE_DEPTH",
+    "SEVERAL_INPUTS_MODEL",
+    "default_num_inducing",
+]
 
-#: Inducing inputs chosen when neither Z nor num_inducing is given (capped by the distinct inputs).
+#: Inducing inputs chosen when neither Z nor num_inducing is given for one input (capped by the distinct
+#: inputs), and the fewest :func:`default_num_inducing` gives for several.
 DEFAULT_NUM_INDUCING = 64
+
+#: With several inputs, M is the largest multiple of 32 whose O(N·M²) work per log-density gradient,
+#: N·M², stays within this budget (N = 927, M = 128: the concrete data's training rows), between
+#: :data:`DEFAULT_NUM_INDUCING` and :data:`MAX_NUM_INDUCING`: more centres where the data are few, and
+#: the floor where they are many (the work then grows with N alone). See :func:`default_num_inducing`.
+INDUCING_WORK = 927 * 128**2
+
+#: The most inducing inputs :func:`default_num_inducing` chooses.
+MAX_NUM_INDUCING = 256
+
+#: With several inputs and a Gaussian likelihood, a CSV file of at most this many rows gets the exact GP
+#: by default: its O(N³/3) Cholesky then costs no more than the sparse model's O(N·M²) budget
+#: (:data:`INDUCING_WORK`; N ≤ 357), and nothing is approximated.
+EXACT_MAX_POINTS = int((3 * INDUCING_WORK) ** (1 / 3))
+
+#: The sparse model a CSV file with several inputs and more rows than :data:`EXACT_MAX_POINTS` gets.
+SEVERAL_INPUTS_MODEL = "vfe"
 
 #: How NUTS starts (``fit(init=...)``): "median" — NumPyro's ``init_to_median`` and an identity mass
 #: matrix; "map" — the posterior mode with a Laplace mass matrix
@@ -42,3 +71,30 @@ MAP_SEARCH_POINTS = 10_000
 #: depth d takes up to 2^d − 1 leapfrog steps, and NumPyro counts them in 32-bit integers, which hold
 #: 2^30 but not 2^31.
 MAX_TREE_DEPTH = 30
+
+
+def default_num_inducing(
+    n_points: int, n_inputs: int, distinct: int | None = None, *, samples_weights: bool = False
+) -> int:
+    """The number of inducing inputs M when none is given.
+
+    One input, or a model whose NUTS samples the M weights (``rbfn``): :data:`DEFAULT_NUM_INDUCING`.
+    Several: the largest multiple of 32 with
+    N·M² ≤ :data:`INDUCING_WORK`, within [:data:`DEFAULT_NUM_INDUCING`, :data:`MAX_NUM_INDUCING`] — a
+    function of D inputs needs more centres to be covered than one of a single input, and the budget
+    keeps the cost of a NUTS step of the O(N·M²) likelihood what it is at N ≈ 10³, M = 128. Never more
+    than the distinct inputs.
+
+    Args:
+        n_points: N, the rows fitted. n_inputs: D, the input columns.
+        distinct: the distinct input rows (default N).
+        samples_weights: the model samples the weights α (each centre is then a sampled dimension).
+
+    Returns:
+        M ≥ 1.
+    """
+    M = DEFAULT_NUM_INDUCING
+    if n_inputs > 1 and not samples_weights:
+        by_work = 32 * int((INDUCING_WORK / max(n_points, 1)) ** 0.5 // 32)
+        M = min(MAX_NUM_INDUCING, max(DEFAULT_NUM_INDUCING, by_work))
+    return max(1, min(M, n_points if distinct is None else distinct))

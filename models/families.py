@@ -34,9 +34,13 @@ the units of the data: nothing is rescaled, so stored draws can be used as they 
 
 Default priors (all log-normal, so NUTS works on the log scale; replace any of them with ``priors=``):
 
-* ``lengthscale`` (one per input dimension, ARD, when D > 1): LogNormal(log(range_d / 5), 1), where
-  range_d is the spread of the inputs in dimension d: most mass between ~1/35 and ~1.5 ranges, which keeps
-  the lengthscale away from both the spacing of a few points and functions flat over the data.
+* ``lengthscale`` (one per input dimension, ARD, when D > 1): LogNormal(log(√D · range_d / 5), 1), where
+  range_d is the spread of the inputs in dimension d: for one input most mass between ~1/35 and ~1.5
+  ranges, which keeps the lengthscale away from both the spacing of a few points and functions flat over
+  the data. With D inputs the median grows as √D (Hvarfner et al. 2024 [2]): the scaled distance between
+  two points, (Σ_d (Δx_d / ℓ_d)²)^½, then stays what it is for one input, where lengthscales of a fifth
+  of the range in every one of D directions would make the prior's functions vary over ~5^D regions of
+  the data's box.
 * ``variance`` s²: LogNormal(log var(y), 1).
 * ``noise`` σ: LogNormal(log(0.2 sd(y)), 1): noise somewhere between ~3% and ~140% of the spread of y.
 * ``period`` (periodic family): LogNormal(log(range / 4), 1).
@@ -65,6 +69,8 @@ Without it, the 95% band of a five-year forecast covered 22–38% of the held-ou
 References
 ----------
 [1] Rasmussen, C. E. & Williams, C. K. I. (2006). *Gaussian Processes for Machine Learning*, §4.2, §5.4.3.
+[2] Hvarfner, C., Hellsten, E. O. & Nardi, L. (2024). Vanilla Bayesian optimization performs great in
+    high dimensions. ICML.
 """
 
 from __future__ import annotations
@@ -145,11 +151,12 @@ class KernelFamily:
 def lengthscale_prior(
     scales: DataScales, fraction: float = 0.2, sd: float = 1.0, dims: Sequence[int] | None = None
 ) -> dist.Distribution:
-    """LogNormal(log(fraction · range_d), sd) for a lengthscale over the input columns ``dims``.
+    """LogNormal(log(fraction · √D · range_d), sd) for a lengthscale over the D input columns ``dims``.
 
     Args:
         scales: the data's scales (:func:`data_scales`).
-        fraction: the prior median as a fraction of each column's range (the default families: 0.2).
+        fraction: the prior median as a fraction of each column's range for one column (the default
+            families: 0.2); with D columns the median is √D times longer (see the module docstring).
         sd: the log-scale standard deviation.
         dims: the input columns the lengthscale acts on (a kernel's ``on_dims``); None for all of them.
 
@@ -157,7 +164,7 @@ def lengthscale_prior(
         A scalar distribution for one column, else one with event shape (len(dims),) (ARD).
     """
     input_range = scales.input_range if dims is None else scales.input_range[np.asarray(dims)]
-    loc = np.log(fraction * input_range)
+    loc = np.log(fraction * np.sqrt(input_range.size) * input_range)
     if loc.size == 1:
         return dist.LogNormal(float(loc[0]), sd)
     return dist.LogNormal(jnp.asarray(loc), sd).to_event(1)

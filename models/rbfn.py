@@ -100,4 +100,5 @@ SPEC = ModelSpec(
     likelihoods=tuple(LIKELIHOODS),
     unstored_sites=(LAYER,),
     variance_collapses=True,
+    samples_weights=True,
 )

@@ -79,6 +79,10 @@ class ModelSpec:
     #: The predictive's prior at a test point is the Nyström Q_** (sor, rbfn): it loses the prior variance
     #: far from the inducing inputs, and the drivers check and report where it does.
     variance_collapses: bool = False
+    #: NUTS samples the M weights α themselves (rbfn), so the default M stays at
+    #: :data:`bayes_rbfn.defaults.DEFAULT_NUM_INDUCING` with several inputs too
+    #: (:func:`bayes_rbfn.defaults.default_num_inducing`).
+    samples_weights: bool = False
     #: Its O(NM²) pass runs through :mod:`bayes_rbfn.gp.parallel`, so ``fit(shard=...)`` can split the data
     #: over devices.
     shards_data: bool = False

@@ -89,7 +89,7 @@ def _compare_arguments(parser: argparse.ArgumentParser) -> None:
         default=list(DEFAULT_COMPARE_MODELS),
         help=f"two or more models to fit and compare (default: {' '.join(DEFAULT_COMPARE_MODELS)})",
     )
-    kernel_arguments(model, DEFAULT_KERNEL, DEFAULT_COMPARE_INDUCING)
+    kernel_arguments(model, DEFAULT_KERNEL, f"min({DEFAULT_COMPARE_INDUCING}, distinct inputs)")
     model.add_argument(
         "--test-fraction",
         type=_test_fraction,

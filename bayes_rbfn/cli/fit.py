@@ -58,7 +58,13 @@ from bayes_rbfn.cli.resume import (
     saved_progress,
     start_partial,
 )
-from bayes_rbfn.defaults import DEFAULT_NUM_INDUCING
+from bayes_rbfn.defaults import (
+    DEFAULT_NUM_INDUCING,
+    EXACT_MAX_POINTS,
+    INDUCING_WORK,
+    MAX_NUM_INDUCING,
+    SEVERAL_INPUTS_MODEL,
+)
 from bayes_rbfn.io.datasets import Dataset, list_datasets
 from bayes_rbfn.io.reader import InputError
 from bayes_rbfn.workflows import planning
@@ -119,7 +125,8 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         type=one_of("model", model_names),
         help=f"model (default {DEFAULT_MODEL}; dtc for the co2 data set; {DEFAULT_GROUPED_MODEL} for grouped "
-        "data; rbfn for a non-Gaussian --likelihood); listed below",
+        f"data; rbfn for a non-Gaussian --likelihood; for a CSV file with several --x columns exact up to "
+        f"{EXACT_MAX_POINTS} rows, else {SEVERAL_INPUTS_MODEL}); listed below",
     )
     model.add_argument(
         "--likelihood",
@@ -136,7 +143,13 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
         help="prior mean of the latent f: constant (the data's mean, not sampled; the default, but linear "
         "for the co2 data set), zero, linear (intercept and slopes sampled), or a number",
     )
-    kernel_arguments(model, "co2 for the co2 data set, else " + DEFAULT_KERNEL, DEFAULT_NUM_INDUCING)
+    kernel_arguments(
+        model,
+        "co2 for the co2 data set, else " + DEFAULT_KERNEL,
+        f"min({DEFAULT_NUM_INDUCING}, distinct inputs) for one input or the rbfn model; with several inputs "
+        f"the largest multiple of 32 up to {MAX_NUM_INDUCING} with N·M² ≤ {INDUCING_WORK:,}, at least "
+        f"{DEFAULT_NUM_INDUCING}",
+    )
     sampler_arguments(parser)
 
     output = output_arguments(parser)
@@ -229,7 +242,11 @@ def _model_for(args: argparse.Namespace, data: Dataset, notes: list[str]) -> tup
     likelihood = get_likelihood(args.likelihood or (data.likelihood if args.data is None else "gaussian"))
     packaged = data.name if args.data is None else ""
     model = args.model or planning.default_model(
-        packaged, marginalisable=likelihood.marginalisable, grouped=data.group is not None
+        packaged,
+        marginalisable=likelihood.marginalisable,
+        grouped=data.group is not None,
+        n_points=data.X.shape[0],
+        n_inputs=data.X.shape[1],
     )
     spec = get_model(model)
     mean = args.mean or planning.default_mean(packaged, takes_linear_mean=spec.takes_linear_mean)
@@ -297,9 +314,11 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
     test = _load_test(args, data, likelihood, notes)
     Z = None
     if spec.uses_inducing:
-        default_M = planning.DATASET_NUM_INDUCING.get(packaged, DEFAULT_NUM_INDUCING)
+        default_M = planning.DATASET_NUM_INDUCING.get(packaged)
         try:  # a backtest chooses Z from the fitted rows
-            Z = planning.choose_inducing(X_fit, args.num_inducing, default_M, args.seed)
+            Z = planning.choose_inducing(
+                X_fit, args.num_inducing, default_M, args.seed, samples_weights=spec.samples_weights
+            )
         except ValueError as err:
             raise option_error(err) from None
     elif args.num_inducing is not None:

@@ -189,8 +189,8 @@ def data_arguments(parser: argparse.ArgumentParser, default_dataset: str, groupe
         )
 
 
-def kernel_arguments(group: Any, default_kernel: str, default_num_inducing: int) -> None:
-    """--kernel and --num-inducing (shared by fit and compare)."""
+def kernel_arguments(group: Any, default_kernel: str, default_num_inducing: str) -> None:
+    """--kernel and --num-inducing (shared by fit and compare); ``default_num_inducing`` words the default."""
     group.add_argument(
         "--kernel",
         metavar="NAME",
@@ -201,8 +201,7 @@ def kernel_arguments(group: Any, default_kernel: str, default_num_inducing: int)
         "--num-inducing",
         type=positive_int,
         metavar="M",
-        help=f"inducing inputs (RBF centres), chosen by k-means (default min({default_num_inducing}, "
-        "distinct inputs))",
+        help=f"inducing inputs (RBF centres), chosen by k-means (default {default_num_inducing})",
     )
 
 

@@ -4,7 +4,10 @@ Two methods, both deterministic for a given seed and returning M distinct rows:
 
 * ``"kmeans"`` (default) — k-means centres, as the RBF-network literature does (Moody & Darken 1989):
   k-means++ seeding, then Lloyd iterations; an emptied cluster is re-seeded at the point farthest from
-  its centre. Centres summarise where the data are, so Q_ff is accurate where it matters.
+  its centre. Centres summarise where the data are, so Q_ff is accurate where it matters. With several
+  inputs the distances are taken between columns divided by their standard deviations, so that every
+  input spreads the centres whatever its units (a column in thousands would otherwise decide them alone);
+  the centres are returned in the data's units.
 * ``"pivoted_cholesky"`` — greedy pivoted Cholesky of K_ff (Fine & Scheinberg 2001; Burt et al. 2020):
   repeatedly pick the data point with the largest remaining conditional variance K_ii − Q_ii. Needs a
   kernel; Z ⊂ X.
@@ -38,16 +41,26 @@ def _distinct(X: np.ndarray) -> np.ndarray:
 
 
 def kmeans_centres(X: np.ndarray, M: int, seed: int = 0, iterations: int = 50) -> np.ndarray:
-    """k-means centres of the distinct rows of X (N, D); returns (M, D), distinct rows."""
+    """k-means centres of the distinct rows of X (N, D), each column scaled by its standard deviation
+    when D > 1; returns (M, D), distinct rows, in X's units."""
     points = _distinct(X)
     if M == points.shape[0]:
         return points
+    if points.shape[1] == 1:
+        return _lloyd(points, M, seed, iterations)
+    spread = points.std(axis=0)
+    spread = np.where(spread > 0, spread, 1.0)
+    return _lloyd(points / spread, M, seed, iterations) * spread
+
+
+def _lloyd(points: np.ndarray, M: int, seed: int, iterations: int) -> np.ndarray:
+    """k-means++ seeding and Lloyd iterations on distinct ``points`` (n, D) → (M, D) distinct centres."""
     rng = np.random.default_rng(seed)
     if points.shape[0] > _KMEANS_MAX_POINTS:
         # Centres of a large random subset are as good for placing M ≪ N centres and keep the cost bounded.
         points = points[np.sort(rng.choice(points.shape[0], _KMEANS_MAX_POINTS, replace=False))]
     # k-means++ seeding
-    centres = np.empty((M, X.shape[1]))
+    centres = np.empty((M, points.shape[1]))
     centres[0] = points[rng.integers(points.shape[0])]
     d2 = np.sum((points - centres[0]) ** 2, axis=1)
     for j in range(1, M):

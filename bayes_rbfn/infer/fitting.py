@@ -25,6 +25,7 @@ import numpy as np
 import numpyro.distributions as dist
 
 from bayes_rbfn.defaults import DEFAULT_NUM_INDUCING, INITS, MAP_SEARCH_POINTS
+from bayes_rbfn.defaults import default_num_inducing as num_inducing_for
 from bayes_rbfn.gp.inducing import select_inducing
 from bayes_rbfn.gp.parallel import check_precision
 from bayes_rbfn.gp.validation import (
@@ -73,9 +74,13 @@ __all__ = [
 ]
 
 
-def default_num_inducing(X: Any) -> int:
-    """min(64, number of distinct inputs)."""
-    return int(min(DEFAULT_NUM_INDUCING, np.unique(np.asarray(X), axis=0).shape[0]))
+def default_num_inducing(X: Any, samples_weights: bool = False) -> int:
+    """M for inputs X (N, D) when none is given: :func:`bayes_rbfn.defaults.default_num_inducing` (64 for
+    one input; with several, more where N is small), at most the distinct inputs."""
+    X = np.asarray(X)
+    X = X[:, None] if X.ndim == 1 else X
+    distinct = np.unique(X, axis=0).shape[0]
+    return num_inducing_for(X.shape[0], X.shape[1], distinct, samples_weights=samples_weights)
 
 
 #: Draws per chain of the posterior_predictive group that fit() writes by default.
@@ -422,7 +427,7 @@ def build_model(
     )
     if spec.uses_inducing:
         if Z is None:
-            M = default_num_inducing(X) if num_inducing is None else num_inducing
+            M = default_num_inducing(X, spec.samples_weights) if num_inducing is None else num_inducing
             Z = select_inducing(X, M, method=inducing_method, seed=seed, kernel=family.fixed_kernel)
         if np.ndim(Z) == 3 and spec.grouped:
             Z = jnp.asarray(
@@ -552,7 +557,8 @@ def fit(
             sampler's by name
             (the fields of :class:`~bayes_rbfn.infer.sampler.SamplerSettings`), as follows.
         Z: (M, D) inducing inputs; default chosen by ``inducing_method`` with M = ``num_inducing``
-            (default min(64, distinct inputs)).
+            (default :func:`default_num_inducing`: min(64, distinct inputs) for one input; with
+            several, up to 256 as N allows).
         sampler: the NUTS settings as one :class:`~bayes_rbfn.infer.sampler.SamplerSettings`; or give
             any of them by name (``chains``, ``draws``, ``warmup``, ``seed``, ``progress``,
             ``target_accept``, ``dense_mass``, ``max_tree_depth``, ``chain_method``, ``init``,

@@ -183,19 +183,28 @@ def pool_groups(data: Dataset) -> Dataset:
     )
 
 
-def default_model(dataset: str, *, marginalisable: bool, grouped: bool) -> str:
+def default_model(
+    dataset: str, *, marginalisable: bool, grouped: bool, n_points: int = 0, n_inputs: int = 1
+) -> str:
     """The model a fit takes when none is named: the weight-space ``rbfn`` for a likelihood that cannot be
-    marginalised, the hierarchical one for grouped data, else the data set's own or :data:`DEFAULT_MODEL`.
+    marginalised, the hierarchical one for grouped data, the data set's own for a packaged one; for a
+    user's file with several inputs the exact GP up to :data:`~bayes_rbfn.defaults.EXACT_MAX_POINTS` rows
+    and :data:`~bayes_rbfn.defaults.SEVERAL_INPUTS_MODEL` (VFE) past them; else :data:`DEFAULT_MODEL`.
 
     Args:
         dataset: the packaged data set's name ("" for a user's file).
         marginalisable: the likelihood is Gaussian (the GP marginal exists).
         grouped: the data carry group codes.
+        n_points, n_inputs: N and D of the rows fitted.
     """
+    from bayes_rbfn.defaults import EXACT_MAX_POINTS, SEVERAL_INPUTS_MODEL
+
     if not marginalisable:
         return "rbfn"
     if grouped:
         return DEFAULT_GROUPED_MODEL
+    if not dataset and n_inputs > 1:
+        return "exact" if n_points <= EXACT_MAX_POINTS else SEVERAL_INPUTS_MODEL
     return DATASET_MODELS.get(dataset, DEFAULT_MODEL)
 
 
@@ -206,14 +215,18 @@ def default_mean(dataset: str, *, takes_linear_mean: bool) -> str:
     return "constant" if mean == "linear" and not takes_linear_mean else mean
 
 
-def choose_inducing(X: np.ndarray, num_inducing: int | None, default: int, seed: int) -> np.ndarray:
+def choose_inducing(
+    X: np.ndarray, num_inducing: int | None, default: int | None, seed: int, *, samples_weights: bool = False
+) -> np.ndarray:
     """M inducing inputs chosen by k-means (:func:`bayes_rbfn.gp.inducing.select_inducing`).
 
     Args:
         X: (N, D) the inputs the model is fitted to.
         num_inducing: M as asked for, or None for min(``default``, distinct inputs).
-        default: the default M (:data:`bayes_rbfn.defaults.DEFAULT_NUM_INDUCING`, or a data set's own).
+        default: the default M (a data set's own), or None for
+            :func:`bayes_rbfn.defaults.default_num_inducing` of N and D.
         seed: k-means' seed.
+        samples_weights: the model samples its weights (``rbfn``; see ``default_num_inducing``).
 
     Returns:
         (M, D) inducing inputs Z.
@@ -222,10 +235,13 @@ def choose_inducing(X: np.ndarray, num_inducing: int | None, default: int, seed:
         ValueError: ``num_inducing`` exceeds the distinct input values, or k-means cannot place M centres.
     """
     # Imported here: the command line imports this module before it has set JAX's process options.
+    from bayes_rbfn.defaults import default_num_inducing
     from bayes_rbfn.gp.inducing import select_inducing
     from bayes_rbfn.gp.validation import count_distinct_rows
 
     distinct = count_distinct_rows(X)
+    if default is None:
+        default = default_num_inducing(X.shape[0], X.shape[1], distinct, samples_weights=samples_weights)
     if num_inducing is not None and num_inducing > distinct:
         raise ValueError(
             f"num_inducing {num_inducing} is more than the {distinct} distinct input value(s) of the fitted "

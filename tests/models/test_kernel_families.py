@@ -45,7 +45,8 @@ def test_rq_family_is_registered_and_listed_by_the_cli(rng):
     X, y, scales = _scales(rng)
     priors = family.default_priors(scales)
     assert set(priors) == {*family.params, "noise"} == {"lengthscale", "variance", "alpha", "noise"}
-    assert_close(_median(priors["lengthscale"]), 0.2 * np.ptp(X, axis=0))
+    # Two inputs: the one-input median 0.2 · range, √2 times longer (families' module docstring).
+    assert_close(_median(priors["lengthscale"]), 0.2 * np.sqrt(2.0) * np.ptp(X, axis=0))
     assert_close(_median(priors["variance"]), np.std(y) ** 2)
     kernel = family.build({"lengthscale": np.array([1.0, 0.01]), "variance": 2.0, "alpha": 0.5})
     assert type(kernel) is K.RationalQuadratic
