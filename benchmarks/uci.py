@@ -209,7 +209,7 @@ def table(results: pd.DataFrame) -> str:
             f"{PUBLISHED[m][name][0]:.{d}f} / {PUBLISHED[m][name][1]:.2f}"
             for m in ("MC dropout", "Deep ensembles", "PBP")
         ]
-        gp_cells = [_mean_se(gp.rmse, d), _mean_se(gp.lpd, 2)] if not gp.empty else ["skipped", "skipped"]
+        gp_cells = [_mean_se(gp.rmse, d), _mean_se(gp.lpd, 2)] if not gp.empty else ["—", "—"]
         n = int(ours.n_train.iloc[0] + ours.n_test.iloc[0])
         lines.append(
             f"| {name} | {n:,} | {int(ours.dims.iloc[0])} | {len(ours)} | {_mean_se(ours.rmse, d)} | "
