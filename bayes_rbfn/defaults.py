@@ -24,7 +24,7 @@ __all__ = [
 DEFAULT_NUM_INDUCING = 64
 
 #: With several inputs, M is the largest multiple of 32 whose O(N·M²) work per log-density gradient,
-#: N·M², stays within this budget (N = 927, M = 128: the concrete data's training rows), between
+#: N·M², stays within this budget (the work of N = 927 points at M = 128), between
 #: :data:`DEFAULT_NUM_INDUCING` and :data:`MAX_NUM_INDUCING`: more centres where the data are few, and
 #: the floor where they are many (the work then grows with N alone). See :func:`default_num_inducing`.
 INDUCING_WORK = 927 * 128**2

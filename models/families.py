@@ -30,7 +30,7 @@ and ``fit(fixed=...)`` pins them.
 A family names the hyperparameters NUTS samples (besides the noise σ), builds the kernel from a dict of
 their values, and proposes default priors that adapt to the scale of the data, so that the same model
 code fits inputs in seconds or in years and outputs in ppm or in births per woman. Everything here is in
-the units of the data: nothing is rescaled, so stored draws can be used as they are (DESIGN §6).
+the units of the data: nothing is rescaled, so stored draws can be used as they are.
 
 Default priors (all log-normal, so NUTS works on the log scale; replace any of them with ``priors=``):
 

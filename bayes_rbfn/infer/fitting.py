@@ -37,6 +37,7 @@ from bayes_rbfn.gp.validation import (
     check_X,
     check_y,
     check_Z,
+    count_distinct_rows,
 )
 from bayes_rbfn.infer import diagnostics
 from bayes_rbfn.infer.failures import (
@@ -79,8 +80,7 @@ def default_num_inducing(X: Any, samples_weights: bool = False) -> int:
     one input; with several, more where N is small), at most the distinct inputs."""
     X = np.asarray(X)
     X = X[:, None] if X.ndim == 1 else X
-    distinct = np.unique(X, axis=0).shape[0]
-    return num_inducing_for(X.shape[0], X.shape[1], distinct, samples_weights=samples_weights)
+    return num_inducing_for(X.shape[0], X.shape[1], count_distinct_rows(X), samples_weights=samples_weights)
 
 
 #: Draws per chain of the posterior_predictive group that fit() writes by default.

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from refusal import listing, refuse
 
 import bayes_rbfn.infer.fitting
 from bayes_rbfn import cli
@@ -35,32 +36,6 @@ def no_sampling(monkeypatch, tmp_path):
 
     monkeypatch.setattr(bayes_rbfn.infer.fitting, "fit", fit)
     monkeypatch.chdir(tmp_path)
-
-
-def listing(folder: Path) -> dict[str, bytes | None]:
-    """Every path below ``folder`` (hidden ones included) with its content (None for folders)."""
-    return {str(p.relative_to(folder)): (_read(p) if p.is_file() else None) for p in folder.rglob("*")}
-
-
-def _read(path: Path) -> bytes:
-    with open(path, "rb") as fh:  # the builtin, which test_unreadable_file_simulated leaves alone
-        return fh.read()
-
-
-def refuse(argv, capsys, tmp_path: Path, *needles: str) -> str:
-    """Run the CLI; assert exit status 2, a one-line message with every needle, nothing written."""
-    before = listing(tmp_path)
-    status = cli.main([str(a) for a in argv])
-    captured = capsys.readouterr()
-    assert status == 2, captured.err
-    assert "Traceback" not in captured.err
-    errors = [line for line in captured.err.splitlines() if line.startswith("bayes-rbfn: error: ")]
-    assert len(errors) == 1, captured.err
-    for needle in needles:
-        assert needle in errors[0], f"{needle!r} not in {errors[0]!r}"
-    assert captured.out == ""
-    assert listing(tmp_path) == before, "something was written"
-    return errors[0]
 
 
 @pytest.fixture

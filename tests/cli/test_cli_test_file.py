@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from reference import mixture_scores
+from refusal import refuse
 
 import bayes_rbfn.infer.fitting
 from bayes_rbfn import cli, plots
@@ -129,24 +130,6 @@ def no_sampling(monkeypatch, tmp_path):
 
     monkeypatch.setattr(bayes_rbfn.infer.fitting, "fit", fit)
     monkeypatch.chdir(tmp_path)
-
-
-def listing(folder: Path) -> dict[str, bytes | None]:
-    return {str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else None) for p in folder.rglob("*")}
-
-
-def refuse(argv, capsys, tmp_path: Path, *needles: str) -> None:
-    before = listing(tmp_path)
-    status = cli.main([str(a) for a in argv])
-    captured = capsys.readouterr()
-    assert status == 2, captured.err
-    assert "Traceback" not in captured.err
-    errors = [line for line in captured.err.splitlines() if line.startswith("bayes-rbfn: error: ")]
-    assert len(errors) == 1, captured.err
-    for needle in needles:
-        assert needle in errors[0], f"{needle!r} not in {errors[0]!r}"
-    assert captured.out == ""
-    assert listing(tmp_path) == before, "something was written"
 
 
 BAD_TEST_FILES = {
