@@ -207,6 +207,50 @@ def test_hyperparameter_gradient_finite_at_coincident_points(rng, name, cls, par
     assert all(np.all(np.isfinite(leaf)) for leaf in jax.tree_util.tree_leaves(kgrad))
 
 
+SQDIST_CASES = [("ard", [0.6, 1.3, 2.2]), ("scalar", 0.8)]
+
+
+@pytest.mark.parametrize(("kind", "lengthscale"), SQDIST_CASES, ids=[c[0] for c in SQDIST_CASES])
+def test_scaled_sqdist_derivatives_match_closed_forms(rng, kind, lengthscale):
+    """The matrix-product derivatives of r² (first and second order, forward and reverse mode, under
+    vmap) against r²'s closed-form derivatives in NumPy, with a duplicate row for r² = 0 exactly."""
+    X1 = rng.normal(size=(5, 3)) + 4.0  # away from the origin, where the expansion cancels most
+    X2 = rng.normal(size=(4, 3)) + 4.0
+    X2[1] = X1[2]
+    ls = np.asarray(lengthscale, dtype=np.float64)
+    ell = np.broadcast_to(ls, (3,))
+    diff = X1[:, None, :] - X2[None, :, :]  # (5, 4, 3)
+    r2 = np.sum(diff**2 / ell**2, axis=-1)
+    assert float(K.scaled_sqdist(X1, X2, ls)[2, 1]) == 0.0
+    assert_close(K.scaled_sqdist(X1, X2, ls), r2, rtol=1e-13)
+
+    # ∂r²_ij/∂ℓ_d = −2 (x_id − x'_jd)² / ℓ_d³ (summed over d for a scalar ℓ)
+    d_ell = -2.0 * diff**2 / ell**3
+    want_ell = d_ell if ls.ndim else d_ell.sum(-1)
+    for jac in (jax.jacfwd, jax.jacrev):
+        assert_close(jac(lambda l: K.scaled_sqdist(X1, X2, l))(jnp.asarray(ls)), want_ell, rtol=1e-12)
+    # ∂r²_ij/∂x_kd = 2 δ_ik (x_id − x'_jd) / ℓ_d²
+    want_x1 = np.zeros((5, 4, 5, 3))
+    for i in range(5):
+        want_x1[i, :, i, :] = 2.0 * diff[i] / ell**2
+    got_x1 = jax.jacrev(lambda a: K.scaled_sqdist(a, X2, ls))(jnp.asarray(X1))
+    assert_close(got_x1, want_x1, rtol=1e-12, atol=1e-12)
+    # ∂²r²_ij/∂ℓ_d∂ℓ_e = 6 δ_de (x_id − x'_jd)² / ℓ_d⁴ (the Laplace start's Hessians)
+    if ls.ndim:
+        hess = jax.hessian(lambda l: K.scaled_sqdist(X1, X2, l))(jnp.asarray(ls))
+        want_h = np.zeros((5, 4, 3, 3))
+        for d in range(3):
+            want_h[..., d, d] = 6.0 * diff[..., d] ** 2 / ell[d] ** 4
+        assert_close(hess, want_h, rtol=1e-12, atol=1e-12)
+    # vmapped over lengthscales (draws), the gradient of a reduction
+    many = jnp.stack([jnp.asarray(ls) * s for s in (0.5, 1.0, 2.0)])
+    grads = jax.vmap(jax.grad(lambda l: jnp.sum(K.scaled_sqdist(X1, X2, l))))(many)
+    for g, s in zip(np.asarray(grads), (0.5, 1.0, 2.0), strict=True):
+        e = ell * s
+        want = (-2.0 * diff**2 / e**3).sum((0, 1))
+        assert_close(g, want if ls.ndim else want.sum(), rtol=1e-12)
+
+
 def test_safe_sqrt_gradient_at_zero():
     assert float(jax.grad(K.safe_sqrt)(0.0)) == 0.0
     assert_close(jax.grad(K.safe_sqrt)(4.0), 0.25)
