@@ -29,6 +29,7 @@ __all__ = [
     "linalg",
     "loo_log_likelihood",
     "loo_pit",
+    "loo_r2",
     "posterior_replicates",
     "predict",
     "predict_model",
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from bayes_rbfn.gp import conditional, kernels, linalg
     from bayes_rbfn.infer.diagnostics import ConvergenceWarning
     from bayes_rbfn.infer.fitting import Float32Warning, build_model, fit, prior_predictive
-    from bayes_rbfn.infer.loo import loo_log_likelihood, loo_pit
+    from bayes_rbfn.infer.loo import loo_log_likelihood, loo_pit, loo_r2
     from bayes_rbfn.infer.predictive import predict, predict_model
     from bayes_rbfn.infer.replicates import posterior_replicates
     from bayes_rbfn.infer.sampler import SamplerSettings

@@ -101,7 +101,7 @@ import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
 from bayes_rbfn.gp import conditional, linalg, parallel, sparse
-from bayes_rbfn.gp.kernels import ActiveDims, Kernel
+from bayes_rbfn.gp.kernels import ActiveDims, Additive, Kernel
 from bayes_rbfn.gp.validation import as_float_array, check_X, is_concrete
 from bayes_rbfn.models.common import SortedPytreeFields
 from bayes_rbfn.models.means import mean_vector
@@ -526,6 +526,12 @@ class _GaussianProcessMarginal(SortedPytreeFields, dist.Distribution):
         over posterior draws with PSIS weights they are LOO-PIT (:func:`bayes_rbfn.loo_pit`)."""
         return self._loo(y, exact, "pit")
 
+    def loo_residual(self, y: Any, *, exact: bool | str | None = None) -> jax.Array:
+        """The N leave-one-out residuals y_i − E[y_i | y_−i], shape (..., N), from the same passes as
+        :meth:`loo_log_prob` (``exact`` likewise). Averaged over posterior draws with PSIS weights they
+        give the LOO predictive mean, and LOO-R² (:func:`bayes_rbfn.loo_r2`)."""
+        return self._loo(y, exact, "residual")
+
     def _loo(self, y: Any, exact: bool | str | None, statistic: str) -> jax.Array:
         y = jnp.asarray(y, dtype=self.X.dtype)
         self._check_length(y, "y")
@@ -657,9 +663,9 @@ class SparseGP(_GaussianProcessMarginal):
 
         For ``approx="vfe"`` these are draws from DTC's marginal (the module docstring says why).
         """
-        Luu = linalg.cholesky(self.kernel(self.Z, self.Z), self.jitter)
+        Luu = linalg.cholesky(self.kernel.inducing_gram(self.Z), self.jitter)
         # Rows of K_fu L_uu⁻ᵀ = (L_uu⁻¹ K_uf)ᵀ: Q_ff = (that)(that)ᵀ.
-        factor_f = linalg.solve_lower(Luu, self.kernel(self.Z, self.X)).T
+        factor_f = linalg.solve_lower(Luu, self.kernel.inducing_cross(self.Z, self.X)).T
         k_low, k_fitc, k_noise = jax.random.split(key, 3)
         M, N = self.Z.shape[0], self.X.shape[0]
         v = jax.random.normal(k_low, (*sample_shape, M), dtype=self.X.dtype)
@@ -706,6 +712,23 @@ class SparseGP(_GaussianProcessMarginal):
             precision=self.precision,
             **self._settings(),
         )
+
+    def component_moments(
+        self, y: Any, X_test: Any, name: str, *, full_cov: bool = False
+    ) -> conditional.Gaussian:
+        """One component's contribution f*_c = K_{*,u_c} α_c at X_test given y, for an
+        :class:`~bayes_rbfn.gp.kernels.Additive` kernel: its weights integrated out analytically with all
+        the others (:func:`bayes_rbfn.gp.conditional.component_predict`; the weight-space form, whatever
+        ``approx``). Unbatched distributions; y (N,), X_test (S, D) or (S,)."""
+        if not isinstance(self.kernel, Additive):
+            raise ValueError("name: component_moments needs an Additive kernel (a sum of components)")
+        if self.batch_shape or jnp.ndim(y) != 1:
+            raise ValueError("y: component_moments takes one member's (N,) observations (no batch)")
+        X_test = check_X(X_test, "X_test", dim=self.X.shape[-1]).astype(self.X.dtype)
+        y = jnp.asarray(y, dtype=self.X.dtype)
+        self._check_length(y, "y")
+        factor, _ = self._factor(y - self.loc)
+        return conditional.component_predict(factor, self.kernel, self.Z, X_test, name, full_cov)
 
     def _loo_member(self, y: jax.Array, exact: bool | str | None, statistic: str) -> jax.Array:
         """:func:`bayes_rbfn.gp.parallel.sor_loo` under N(m, Q_ff + diag(d)), d from the factor."""

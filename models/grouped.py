@@ -255,7 +255,7 @@ def predict(params: dict, data: dict, config: ModelConfig, X_test, group_test):
     def one_point(x, g):
         kernel = config.family.build({k: params[k][g] for k in names})
         Z = data["Z"] if shared_Z else data["Z"][g]
-        mean, var, _ = parallel.weight_space_moments(R[g], weights[g], kernel(Z, x[None, :]))
+        mean, var, _ = parallel.weight_space_moments(R[g], weights[g], kernel.inducing_cross(Z, x[None, :]))
         return mean[0] + data["y_offset"][g], var[0]
 
     return jax.vmap(one_point)(X_test, group_test)

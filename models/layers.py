@@ -37,7 +37,7 @@ import numpyro
 import numpyro.distributions as dist
 
 from bayes_rbfn.gp import linalg
-from bayes_rbfn.gp.kernels import Kernel
+from bayes_rbfn.gp.kernels import Additive, Kernel
 from bayes_rbfn.gp.validation import check_X
 from bayes_rbfn.models.common import SortedPytreeFields
 from bayes_rbfn.models.means import mean_vector
@@ -74,7 +74,7 @@ class LayerRecord:
             offset = mean_vector(self.mean, X_test)
         else:
             offset = mean_vector(mean_test, X_test, "mean_test")
-        return offset + self.kernel(X_test, self.Z) @ self.alpha
+        return offset + self.kernel.inducing_cross(self.Z, X_test).T @ self.alpha
 
 
 #: The records of the enclosing :func:`recording_layers` block, or None outside one.
@@ -131,14 +131,16 @@ def rbfn(
 
     Returns:
         f = m + K_fu α, shape (N,), also recorded as the deterministic site ``name``; where K_uu cannot be
-        factorised, the model's log density is -inf and f = m.
+        factorised, the model's log density is -inf and f = m. With an
+        :class:`~bayes_rbfn.gp.kernels.Additive` kernel (Z stacked by component) each component's
+        contribution K_{f,u_c} α_c is recorded too, as the site ``{name}_{component}``.
     """
     if not isinstance(kernel, Kernel):
         raise ValueError(f"kernel: expected a bayes_rbfn.gp.kernels.Kernel, got {type(kernel).__name__}")
     X = check_X(X, "X")
     Z = check_X(Z, "Z", dim=X.shape[1]).astype(X.dtype)
     M = Z.shape[0]
-    Luu = linalg.cholesky(kernel(Z, Z), jitter)
+    Luu = linalg.cholesky(kernel.inducing_gram(Z), jitter)
     # Where K_uu cannot be factorised the point is impossible: v's prior gives it log density -inf (NUTS
     # rejects it), and α = 0 stands in so that the likelihood is handed a finite f, not NaN.
     factorised = jnp.all(jnp.isfinite(Luu))
@@ -148,7 +150,14 @@ def rbfn(
     records = _RECORDS.get()
     if records is not None:
         records[name] = LayerRecord(kernel=kernel, Z=Z, alpha=alpha, mean=mean)
-    return numpyro.deterministic(name, mean_vector(mean, X) + kernel(X, Z) @ alpha)
+    Kfu = kernel.inducing_cross(Z, X).T
+    if isinstance(kernel, Additive):
+        parts = [
+            numpyro.deterministic(f"{name}_{part}", Kfu[:, kernel.block(part)] @ alpha[kernel.block(part)])
+            for part in kernel.names
+        ]
+        return numpyro.deterministic(name, mean_vector(mean, X) + sum(parts[1:], parts[0]))
+    return numpyro.deterministic(name, mean_vector(mean, X) + Kfu @ alpha)
 
 
 def predict_rbfn(

@@ -268,13 +268,13 @@ def augmented_sor_predict(
         point has its own augmented model, so there is no joint predictive.
     """
     sigma2 = noise**2
-    A = linalg.solve_lower(factor.Luu, kernel(Z, X))  # (M, N); Q_ff = AᵀA
+    A = linalg.solve_lower(factor.Luu, kernel.inducing_cross(Z, X))  # (M, N); Q_ff = AᵀA
     eps = jnp.finfo(A.dtype).eps
 
     def one_point(x: jax.Array) -> tuple[jax.Array, jax.Array]:
         x = x[None, :]
         kfs = kernel(X, x)[:, 0]
-        a = linalg.solve_lower(factor.Luu, kernel(Z, x)[:, 0])
+        a = linalg.solve_lower(factor.Luu, kernel.inducing_cross(Z, x)[:, 0])
         kss = kernel.diag(x)[0]
         # γ ≥ 0 in exact arithmetic; at an inducing input γ and k_f* − Aᵀa* vanish together, and the
         # floor keeps w = (k_f* − Aᵀa*)/√γ finite (its size is bounded by the power function at X).

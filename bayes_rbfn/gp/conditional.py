@@ -41,6 +41,7 @@ import numpy as np
 from bayes_rbfn.gp import linalg, parallel
 from bayes_rbfn.gp.kernels import (
     ActiveDims,
+    Additive,
     Kernel,
     check_nonnegative_parameter,
     check_positive_parameter,
@@ -53,6 +54,7 @@ __all__ = [
     "check_kernel",
     "check_parameter_shape",
     "check_regression_inputs",
+    "component_predict",
     "condition_gaussian",
     "exact_factor",
     "exact_gp",
@@ -218,6 +220,39 @@ def exact_loo(
 
 
 @linalg.full_precision
+def component_predict(
+    factor: linalg.Woodbury,
+    kernel: Additive,
+    Z: jax.Array,
+    X_test: jax.Array,
+    name: str,
+    full_cov: bool = False,
+) -> Gaussian:
+    """One component of an additive RBF network at X_test, given y: f*_c = K_{*,u_c} α_c.
+
+    The weights' posterior α | y ~ N(m, RᵀR) of the whole network (``factor`` of its Woodbury pass, every
+    component at once) restricted to component c's block: mean = K_{*u_c} m_c, cov = K_{*u_c} Σ_cc K_{u_c*}
+    with Σ_cc = R_{:,c}ᵀ R_{:,c} (:func:`bayes_rbfn.gp.parallel.weight_space_moments`). The components'
+    predictive means add up to :func:`sor_predict`'s; their covariances do not, the components being
+    correlated a posteriori.
+
+    Args:
+        factor: the :class:`~bayes_rbfn.gp.linalg.Woodbury` of the additive network for y.
+        kernel: the :class:`~bayes_rbfn.gp.kernels.Additive` kernel. Z: its stacked inducing inputs (M, D).
+        X_test: (S, D). name: the component. full_cov: also return the (S, S) covariance.
+    """
+    if not isinstance(kernel, Additive):
+        raise ValueError(
+            f"kernel: expected an Additive kernel (one with components), got {type(kernel).__name__}"
+        )
+    block = kernel.block(name)
+    Kus = kernel.component(name)(Z[block], X_test)
+    R = factor.weight_cov_factor()[:, block]
+    mean, var, cov = parallel.weight_space_moments(R, factor.weight_mean()[block], Kus, full_cov=full_cov)
+    return Gaussian(mean=mean, var=var, cov=cov)
+
+
+@linalg.full_precision
 def sor_predict(
     factor: linalg.Woodbury,
     kernel: Kernel,
@@ -265,7 +300,7 @@ def sor_predict(
                 kernel, Z, factor.Luu, X_test, chunk_size=chunk_size, mesh=mesh
             )
         return Gaussian(mean=mean, var=var)
-    Kus = kernel(Z, X_test)
+    Kus = kernel.inducing_cross(Z, X_test)
     mean, _, cov = parallel.weight_space_moments(
         factor.weight_cov_factor(), factor.weight_mean(), Kus, full_cov=True
     )
@@ -447,10 +482,10 @@ def rbf_ridge(
     X, y, noise, Z, X_test, jitter = check_regression_inputs(
         X, y, noise, Z, X_test, kernel=kernel, jitter=jitter
     )
-    Kuu = linalg.add_jitter(kernel(Z, Z), jitter)
-    Kuf = kernel(Z, X)
+    Kuu = linalg.add_jitter(kernel.inducing_gram(Z), jitter)
+    Kuf = kernel.inducing_cross(Z, X)
     L = linalg.cholesky(Kuf @ Kuf.T + noise**2 * Kuu, jitter=0.0)
-    mean = kernel(X_test, Z) @ linalg.cho_solve(L, Kuf @ y)
+    mean = kernel.inducing_cross(Z, X_test).T @ linalg.cho_solve(L, Kuf @ y)
     raise_if_not_finite(mean, "rbf_ridge")
     return mean
 

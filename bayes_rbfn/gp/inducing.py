@@ -29,7 +29,7 @@ import numpy as np
 from bayes_rbfn.gp.kernels import Kernel
 from bayes_rbfn.gp.validation import check_X, count_distinct_rows
 
-__all__ = ["kmeans_centres", "pivoted_cholesky_points", "select_inducing"]
+__all__ = ["kmeans_centres", "periodic_centres", "pivoted_cholesky_points", "select_inducing"]
 
 
 #: k-means runs on at most this many (randomly chosen, distinct) points.
@@ -38,6 +38,22 @@ _KMEANS_MAX_POINTS = 20_000
 
 def _distinct(X: np.ndarray) -> np.ndarray:
     return np.unique(X, axis=0)
+
+
+def periodic_centres(M: int, period: float, start: float = 0.0) -> np.ndarray:
+    """M centres evenly spread over one period, [start, start + period), shape (M,).
+
+    A kernel periodic in x with period p has k(x + p, x') = k(x, x'), so a centre at z + p spans the same
+    basis function k(·, z) as one at z: centres beyond one period add nothing to the network, and over
+    one period an even grid covers every phase alike.
+    """
+    if isinstance(M, bool) or not isinstance(M, int | np.integer) or M < 1:
+        raise ValueError(f"M: expected a positive number of centres, got {M!r}")
+    if not (np.isfinite(period) and period > 0):
+        raise ValueError(f"period: expected a finite number > 0, got {period!r}")
+    if not np.isfinite(start):
+        raise ValueError(f"start: expected a finite number, got {start!r}")
+    return float(start) + float(period) * np.arange(int(M)) / int(M)
 
 
 def kmeans_centres(X: np.ndarray, M: int, seed: int = 0, iterations: int = 50) -> np.ndarray:

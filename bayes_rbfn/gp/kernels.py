@@ -33,12 +33,14 @@ References
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.linalg
 import numpy as np
 
 from bayes_rbfn.gp.validation import is_concrete
@@ -46,6 +48,8 @@ from bayes_rbfn.gp.validation import is_concrete
 __all__ = [
     "KERNELS",
     "ActiveDims",
+    "Additive",
+    "Categorical",
     "Constant",
     "Exponential",
     "Kernel",
@@ -59,6 +63,7 @@ __all__ = [
     "SquaredExponential",
     "Sum",
     "WhiteNoise",
+    "additive",
     "as_2d",
     "check_nonnegative_parameter",
     "check_positive_parameter",
@@ -127,12 +132,14 @@ def _sqdist_jvp(primals: tuple, tangents: tuple) -> tuple[jax.Array, jax.Array]:
     """
     X1, X2, c = primals
     dX1, dX2, dc = tangents
+    # Full precision, the package's policy for every product (a GPU would round float32 inputs to TF32).
+    dot = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
     c2 = c * c
     cdc = c * dc
     A1, A2 = X1 * c2, X2 * c2
-    rows = jnp.sum(A1 * dX1, axis=1) + (X1 * X1) @ cdc
-    cols = jnp.sum(A2 * dX2, axis=1) + (X2 * X2) @ cdc
-    cross = A1 @ dX2.T + dX1 @ A2.T + 2.0 * (X1 * cdc) @ X2.T
+    rows = jnp.sum(A1 * dX1, axis=1) + dot(X1 * X1, cdc)
+    cols = jnp.sum(A2 * dX2, axis=1) + dot(X2 * X2, cdc)
+    cross = dot(A1, dX2.T) + dot(dX1, A2.T) + 2.0 * dot(X1 * cdc, X2.T)
     return _sqdist(X1, X2, c), 2.0 * (rows[:, None] + cols[None, :] - cross)
 
 
@@ -254,6 +261,16 @@ class Kernel:
         """The diagonal k(x_i, x_i), shape (N,), without forming the Gram matrix."""
         raise NotImplementedError
 
+    def inducing_gram(self, Z: Any) -> jax.Array:
+        """K_uu, the prior covariance of the inducing values at Z, shape (M, M): k(Z, Z) (block-diagonal
+        for an :class:`Additive` kernel, whose components have their own inducing inputs)."""
+        return self(Z, Z)
+
+    def inducing_cross(self, Z: Any, X: Any) -> jax.Array:
+        """K_uf, the covariance of the inducing values at Z with f at X, shape (M, N): k(Z, X) (one block
+        of rows per component for an :class:`Additive` kernel)."""
+        return self(Z, X)
+
     def __add__(self, other: Kernel) -> Sum:
         return Sum(self, other)
 
@@ -355,7 +372,10 @@ class Periodic(Kernel):
     """MacKay's periodic kernel k = s² exp(−2 Σ_d sin²(π (x_d − x'_d) / p) / ℓ_d²).
 
     See eq. (4.31) in [1] of the module. ``period`` p and ``lengthscale`` ℓ may be scalars or per-dimension.
-    sin² of the signed difference equals sin² of the distance, so no square root is needed.
+    sin² of the signed difference equals sin² of the distance, so no square root is needed. The sine of
+    the difference is taken as sin a cos b − cos a sin b with a = πx/p, b = πx'/p: sines and cosines of the
+    N1 + N2 inputs instead of N1·N2 sines, and exactly 0 at coincident inputs (the two products are then
+    the same numbers); elsewhere it is within a few ulps of 1 absolutely.
     """
 
     params = ("lengthscale", "variance", "period")
@@ -367,10 +387,16 @@ class Periodic(Kernel):
     def __call__(self, X1: Any, X2: Any | None = None) -> jax.Array:
         X1 = as_2d(X1)
         X2 = X1 if X2 is None else as_2d(X2)
-        diff = X1[:, None, :] - X2[None, :, :]
+        D = X1.shape[-1]
         # Reciprocals of the (D,) hyperparameters, not a division per entry (see scaled_sqdist).
-        s = jnp.sin(diff * (jnp.pi / jnp.asarray(self.period))) * (1.0 / jnp.asarray(self.lengthscale))
-        return self.variance * jnp.exp(-2.0 * jnp.sum(s * s, axis=-1))
+        frequency = jnp.broadcast_to(jnp.pi / jnp.asarray(self.period), (D,))
+        inv_lengthscale = jnp.broadcast_to(1.0 / jnp.asarray(self.lengthscale), (D,))
+        a, b = (X1 * frequency).T, (X2 * frequency).T  # (D, N1), (D, N2)
+        sin_diff = (
+            jnp.sin(a)[:, :, None] * jnp.cos(b)[:, None, :] - jnp.cos(a)[:, :, None] * jnp.sin(b)[:, None, :]
+        )
+        scaled = sin_diff * inv_lengthscale[:, None, None]
+        return self.variance * jnp.exp(-2.0 * jnp.sum(scaled * scaled, axis=0))
 
     def diag(self, X: Any) -> jax.Array:
         return _variance_diag(self.variance, X)
@@ -459,6 +485,12 @@ class _Composite(Kernel):
         for name, k in (("k1", k1), ("k2", k2)):
             if not isinstance(k, Kernel):
                 raise TypeError(f"{type(self).__name__}: {name} must be a Kernel, got {type(k).__name__}")
+            if isinstance(k, Additive):
+                raise TypeError(
+                    f"{type(self).__name__}: {name} is an Additive kernel, whose components have inducing "
+                    "inputs of their own; make the other kernel a component of it (or of one of its "
+                    "components) instead"
+                )
         object.__setattr__(self, "k1", k1)
         object.__setattr__(self, "k2", k2)
 
@@ -512,6 +544,12 @@ class Scaled(Kernel):
     def diag(self, X: Any) -> jax.Array:
         return self.scale * self.kernel.diag(X)
 
+    def inducing_gram(self, Z: Any) -> jax.Array:
+        return self.scale * self.kernel.inducing_gram(Z)
+
+    def inducing_cross(self, Z: Any, X: Any) -> jax.Array:
+        return self.scale * self.kernel.inducing_cross(Z, X)
+
     def __repr__(self) -> str:
         return f"Scaled({self.kernel!r}, scale={np.asarray(self.scale).tolist()!r})"
 
@@ -563,8 +601,194 @@ class ActiveDims(Kernel):
     def diag(self, X: Any) -> jax.Array:
         return self.kernel.diag(self._select(X))
 
+    def inducing_gram(self, Z: Any) -> jax.Array:
+        return self.kernel.inducing_gram(self._select(Z))
+
+    def inducing_cross(self, Z: Any, X: Any) -> jax.Array:
+        return self.kernel.inducing_cross(self._select(Z), self._select(X))
+
     def __repr__(self) -> str:
         return f"ActiveDims({self.kernel!r}, dims={list(self.dims)!r})"
+
+
+class Categorical(WhiteNoise):
+    """k(x, x') = s² [x = x'] on a column of category codes: independent effects β_k ~ N(0, s²), one per
+    category, shared by every row of that category (day-of-week or day-of-year effects, say).
+
+    The white-noise kernel read as a design: as a component of an :class:`Additive` kernel on a code
+    column (``Categorical(s2).on_dims(j)``) with one inducing input at each code, K_uu = s² I and K_uf is
+    s² times the one-hot design matrix, so the RBF network f = K_fu α with α ~ N(0, K_uu⁻¹) is exactly the
+    one-hot regression f = H β with β ~ N(0, s² I) ([2], §2.7 of [1]), and the sparse models integrate β
+    out with the other weights.
+    """
+
+
+class Additive(Kernel):
+    """k = Σ_c k_c, where every component c has inducing inputs Z_c of its own: an additive RBF network.
+
+    f = Σ_c K_{f,u_c} α_c with independent α_c ~ N(0, K_{u_c u_c}⁻¹) is the SoR GP of the summed kernel
+    with a block-diagonal K_uu, one block per component (the construction of [3], Eq. (9), with one
+    inducing set per additive part as in [4]). The inducing inputs of all components are stacked, in
+    component order, into one (M, D) array Z, M = Σ_c M_c (:func:`bayes_rbfn.gp.inducing.stack_centres`
+    builds it), so every model and pass of the package that takes ``(kernel, Z)`` takes an additive
+    network unchanged:
+
+    * ``k(X1, X2)`` and ``diag`` are those of the sum Σ_c k_c (the prior of f, e.g. for DTC's K_**);
+    * ``inducing_gram(Z)`` = blockdiag(K_{u_c u_c}), ``inducing_cross(Z, X)`` = the stacked K_{u_c f}.
+
+    Each component picks its input columns with ``on_dims``; a one-hot design with Gaussian effects is a
+    :class:`Categorical` component, a dense design column h with β ~ N(0, s²) a ``Linear(s²).on_dims(j)``
+    component with its inducing input at x_j = 1; a periodic component needs inducing inputs over one
+    period only (:func:`bayes_rbfn.gp.inducing.periodic_centres`).
+
+    Args:
+        components: {name: kernel}, in the order of their blocks in Z. The names are static (the pytree's
+            aux data) and name the components' sites in :func:`bayes_rbfn.rbfn`.
+        sizes: {name: M_c} or a sequence of M_c in component order: how many rows of Z each component has.
+
+    References
+    ----------
+    [1] Rasmussen & Williams (2006), as in the module.
+    [2] Gelman, A. et al. (2013). *Bayesian Data Analysis*, 3rd ed., ch. 15 (batches of effects).
+    [3] Quiñonero-Candela, J. & Rasmussen, C. E. (2005). A unifying view of sparse approximate Gaussian
+        process regression. JMLR 6, 1939–1959.
+    [4] Duvenaud, D., Nickisch, H. & Rasmussen, C. E. (2011). Additive Gaussian processes. NeurIPS.
+    """
+
+    params = ("components",)
+    static = ("names", "sizes")
+
+    def __init__(self, components: Any, sizes: Any) -> None:
+        if not isinstance(components, dict) or not components:
+            raise ValueError(
+                "Additive: components must be a non-empty dict {name: kernel}, got "
+                f"{type(components).__name__}"
+            )
+        names = tuple(components)
+        for name, k in components.items():
+            if not isinstance(name, str) or not name.isidentifier():
+                raise ValueError(f"Additive: component names must be identifiers, got {name!r}")
+            if not isinstance(k, Kernel) or isinstance(k, Additive):
+                raise TypeError(f"Additive: component {name!r} must be a (non-additive) Kernel, got {k!r}")
+        if isinstance(sizes, dict):
+            if set(sizes) != set(names):
+                raise ValueError(f"Additive: sizes must name the components {list(names)}, got {list(sizes)}")
+            sizes = [sizes[n] for n in names]
+        sizes = tuple(sizes)
+        if len(sizes) != len(names) or not all(
+            isinstance(m, int | np.integer) and not isinstance(m, bool) and m >= 1 for m in sizes
+        ):
+            raise ValueError(
+                f"Additive: sizes must give a positive number of inducing inputs for each of the "
+                f"{len(names)} components, got {sizes!r}"
+            )
+        object.__setattr__(self, "components", tuple(components[n] for n in names))
+        object.__setattr__(self, "names", names)
+        object.__setattr__(self, "sizes", tuple(int(m) for m in sizes))
+
+    @classmethod
+    def _unflatten(cls, aux: tuple | None, children: tuple) -> Kernel:
+        obj = super()._unflatten(aux, children)
+        object.__setattr__(obj, "components", tuple(obj.components))
+        return obj
+
+    def replace(self, **values: Any) -> Kernel:
+        """A copy with some components replaced (``replace(trend=kernel)``) or new ``sizes``."""
+        components = dict(zip(self.names, self.components, strict=True))
+        sizes = values.pop("sizes", self.sizes)
+        unknown = sorted(set(values) - set(self.names))
+        if unknown:
+            raise ValueError(f"Additive: no component {unknown[0]!r} (components: {list(self.names)})")
+        components.update(values)
+        return Additive(components, sizes)
+
+    def component(self, name: str) -> Kernel:
+        """The kernel of component ``name``."""
+        return self.components[self._index(name)]
+
+    def block(self, name: str) -> slice:
+        """The rows of Z (and the weights α) that belong to component ``name``."""
+        i = self._index(name)
+        start = sum(self.sizes[:i])
+        return slice(start, start + self.sizes[i])
+
+    def _index(self, name: str) -> int:
+        if name not in self.names:
+            raise ValueError(f"Additive: no component {name!r} (components: {list(self.names)})")
+        return self.names.index(name)
+
+    def _blocks(self, Z: Any) -> list[jax.Array]:
+        Z = as_2d(Z)
+        if Z.shape[0] != sum(self.sizes):
+            raise ValueError(
+                f"Z: has {Z.shape[0]} rows, but the Additive kernel's components have "
+                f"{' + '.join(map(str, self.sizes))} = {sum(self.sizes)} inducing inputs"
+            )
+        return [Z[self.block(n)] for n in self.names]
+
+    def __call__(self, X1: Any, X2: Any | None = None) -> jax.Array:
+        total = self.components[0](X1, X2)
+        for k in self.components[1:]:
+            total = total + k(X1, X2)
+        return total
+
+    def diag(self, X: Any) -> jax.Array:
+        total = self.components[0].diag(X)
+        for k in self.components[1:]:
+            total = total + k.diag(X)
+        return total
+
+    def inducing_gram(self, Z: Any) -> jax.Array:
+        blocks = [k(Zc, Zc) for k, Zc in zip(self.components, self._blocks(Z), strict=True)]
+        return jax.scipy.linalg.block_diag(*blocks)
+
+    def inducing_cross(self, Z: Any, X: Any) -> jax.Array:
+        blocks = [k(Zc, X) for k, Zc in zip(self.components, self._blocks(Z), strict=True)]
+        return jnp.concatenate(blocks, axis=0)
+
+    def __repr__(self) -> str:
+        parts = ", ".join(
+            f"{n}={k!r} [{m}]" for n, k, m in zip(self.names, self.components, self.sizes, strict=True)
+        )
+        return f"Additive({parts})"
+
+
+def additive(parts: Any, n_inputs: int) -> tuple[Additive, jax.Array]:
+    """An additive RBF network's kernel and its stacked inducing inputs, from each component's own.
+
+    Args:
+        parts: {name: (kernel, Z_c)}, in block order. A component acting on some columns
+            (``k.on_dims(dims)``) takes Z_c in those columns only, (M_c, len(dims)) or (M_c,); any other
+            kernel takes (M_c, n_inputs). Traced hyperparameters are fine (a model may call this at every
+            step; the stacking is static).
+        n_inputs: D, the number of input columns of the data.
+
+    Returns:
+        (:class:`Additive` kernel, Z of shape (M, D), M = Σ_c M_c): each component's rows hold Z_c in its
+        columns and 0 elsewhere (columns the component does not read).
+    """
+    if not isinstance(parts, dict) or not parts:
+        raise ValueError("parts: expected a non-empty dict {name: (kernel, Z)}")
+    rows, components, sizes = [], {}, {}
+    for name, part in parts.items():
+        if not (isinstance(part, tuple) and len(part) == 2):
+            raise ValueError(f"parts[{name!r}]: expected a pair (kernel, Z), got {type(part).__name__}")
+        kernel, Zc = part
+        dims = tuple(range(n_inputs)) if not isinstance(kernel, ActiveDims) else kernel.dims
+        Zc = jnp.asarray(Zc)
+        Zc = Zc[:, None] if Zc.ndim == 1 else Zc
+        if Zc.ndim != 2 or Zc.shape[1] != len(dims) or Zc.shape[0] < 1:
+            raise ValueError(
+                f"parts[{name!r}]: Z must have shape (M, {len(dims)}) for a component on "
+                f"{len(dims)} column(s), got {tuple(Zc.shape)}"
+            )
+        if isinstance(kernel, ActiveDims):
+            kernel.check_input_dim(n_inputs)
+        full = jnp.zeros((Zc.shape[0], n_inputs), Zc.dtype).at[:, np.asarray(dims)].set(Zc)
+        rows.append(full)
+        components[name] = kernel
+        sizes[name] = Zc.shape[0]
+    return Additive(components, sizes), jnp.concatenate(rows, axis=0)
 
 
 #: Kernel classes by short name (the families of :mod:`bayes_rbfn.models.families` use the same names).

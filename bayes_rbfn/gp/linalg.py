@@ -179,8 +179,9 @@ def finite_or_neg_inf(logp: jax.Array) -> jax.Array:
     return jnp.where(jnp.isfinite(logp), logp, -jnp.inf)
 
 
-#: What a LOO pass returns per point: ``"log_density"`` log p(y_i | y_−i), ``"pit"`` P(y_i' ≤ y_i | y_−i).
-LOO_STATISTICS: tuple[str, ...] = ("log_density", "pit")
+#: What a LOO pass returns per point: ``"log_density"`` log p(y_i | y_−i), ``"pit"`` P(y_i' ≤ y_i | y_−i),
+#: ``"residual"`` y_i − E[y_i | y_−i].
+LOO_STATISTICS: tuple[str, ...] = ("log_density", "pit", "residual")
 
 
 def loo_from_precision(
@@ -195,8 +196,11 @@ def loo_from_precision(
     Args:
         precision_diag: diag(C⁻¹), shape (N,). precision_y: C⁻¹y, shape (N,).
         statistic: ``"log_density"``, or ``"pit"``: the probability integral transform Φ(z_i) of y_i under
-            its conditional, z_i = (y_i − μ_−i)/σ_−i = [C⁻¹y]_i / √[C⁻¹]_ii (LOO-PIT, [5] §6.3).
+            its conditional, z_i = (y_i − μ_−i)/σ_−i = [C⁻¹y]_i / √[C⁻¹]_ii (LOO-PIT, [5] §6.3); or
+            ``"residual"``: y_i − μ_−i = [C⁻¹y]_i / [C⁻¹]_ii, the LOO residual (for LOO-R²).
     """
+    if statistic == "residual":
+        return precision_y / precision_diag
     if statistic == "pit":
         return jax.scipy.special.ndtr(precision_y * jax.lax.rsqrt(precision_diag))
     return 0.5 * (jnp.log(precision_diag) - _LOG_2PI) - 0.5 * precision_y**2 / precision_diag

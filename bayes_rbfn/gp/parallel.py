@@ -478,7 +478,7 @@ def _streamed(
         def body(carry, x, yc, *wc):
             S, r = carry
             x, yc, wc = low((_shift(x, centre), yc, wc))
-            K = kernel_c(Z_c, x)
+            K = kernel_c.inducing_cross(Z_c, x)
             A = K if fast else W_c @ K
             Aw = A * wc[0] if wc else A
             return (S + (Aw @ A.T).astype(acc), r + (Aw @ yc).astype(acc)), None
@@ -495,7 +495,7 @@ def _streamed(
 
         def body(carry, x, yc, *wc):
             rss, u = carry
-            K = kernel(Z, x)
+            K = kernel.inducing_cross(Z, x)
             r = yc - m @ K  # each residual is a difference taken before it is squared
             rw = r * wc[0] if wc else r
             return (rss + rw @ r, u + K @ rw), None
@@ -519,7 +519,7 @@ def _streamed(
         def body(carry, x, yc, *wc):
             dk, dz = carry
             x, yc, wc = low((_shift(x, centre), yc, wc))
-            K, pullback = jax.vjp(lambda k, z, xx: k(z, xx), kernel_c, Z_c, x)
+            K, pullback = jax.vjp(lambda k, z, xx: k.inducing_cross(z, xx), kernel_c, Z_c, x)
             # ∂f/∂K_c = ω (U + h yᵀ), U = Wᵀ G_s W K_c: whitened as Wᵀ ((G_s W) K_c), two products.
             U = left @ K if fast else W.T @ (left @ K)
             T = U + jnp.outer(h, yc)
@@ -727,7 +727,7 @@ def sor_factor(
     relative jitter, ``None`` the policy). DTC's and VFE's training prior is SoR's, so this is their
     factor too ([3] §5).
     """
-    Luu = linalg.cholesky(kernel(Z, Z), jitter)
+    Luu = linalg.cholesky(kernel.inducing_gram(Z), jitter)
     return woodbury_factor(
         kernel,
         Z,
@@ -851,7 +851,7 @@ def _leave_block_out_local(
 
     def rows(x, yc, wc):
         """(C, M+1) augmented rows √ω [aᵀ, y] and the (C, M) whitened rows aᵀ, a = L_uu⁻¹ k_u(x)."""
-        F = (W @ kernel(Z, x)).T
+        F = (W @ kernel.inducing_cross(Z, x)).T
         s = jnp.where(wc > 0, jnp.sqrt(jnp.where(wc > 0, wc, 1.0)), 0.0)
         return jnp.concatenate([F, yc[:, None]], axis=1) * s[:, None], F
 
@@ -970,7 +970,7 @@ def _woodbury_loo_local(shared, X, y, w, n_blocks, per_block, C_eff, statistic="
     kernel, Z, R, m = shared
 
     def body(carry, x, yc, wc):
-        K = kernel(Z, x)
+        K = kernel.inducing_cross(Z, x)
         V = (R @ K) * wc
         precision = wc - jnp.sum(V * V, axis=0)
         loo = linalg.loo_from_precision(precision, wc * (yc - m @ K), statistic)
@@ -1063,8 +1063,9 @@ def sor_loo(
             is NaN ("not computed here"), so that a caller evaluating many draws compiles and runs the pass
             only for the draws that need it (:func:`bayes_rbfn.infer.fitting.pointwise_loo`, with
             ``exact=True`` for those).
-        statistic: ``"log_density"`` (default), or ``"pit"``: each conditional's CDF at y_i, for LOO-PIT
-            (:func:`bayes_rbfn.gp.linalg.loo_from_precision`), from the same passes.
+        statistic: ``"log_density"`` (default), ``"pit"``: each conditional's CDF at y_i, for LOO-PIT, or
+            ``"residual"``: y_i − E[y_i | y_−i] (:func:`bayes_rbfn.gp.linalg.loo_from_precision`), from the
+            same passes.
     """
     if exact not in (None, True, False, "defer"):
         raise ValueError(f"exact: expected None, True, False or 'defer', got {exact!r}")
@@ -1167,7 +1168,7 @@ def _moments_pass(mesh: Mesh | None, C: int, precision: str, dtype: Any) -> Call
 
         def body(carry, x):
             x = _low(_shift(x, centre), precision)
-            mean_c, var_c = weight_space_moments(R, mean, kernel(Z, x))[:2]
+            mean_c, var_c = weight_space_moments(R, mean, kernel.inducing_cross(Z, x))[:2]
             return carry, (mean_c.astype(dtype), var_c.astype(dtype))
 
         return None, _stream(body, None, C, X)[1]
@@ -1211,7 +1212,7 @@ def _residual_pass(mesh: Mesh | None, C: int) -> Callable:
         kernel, Z, W = shared
 
         def body(carry, x):
-            A = W @ kernel(Z, x)
+            A = W @ kernel.inducing_cross(Z, x)
             return carry, kernel.diag(x) - jnp.sum(A * A, axis=0)
 
         return None, _stream(body, None, C, X)[1]

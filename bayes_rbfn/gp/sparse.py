@@ -146,7 +146,7 @@ def training_factor(
     settings = {"fast": fast, "chunk_size": chunk_size, "mesh": mesh, "precision": precision}
     if approx != "fitc":
         return parallel.sor_factor(kernel, X, y, Z, noise, jitter, **settings), noise**2
-    Luu = linalg.cholesky(kernel(Z, Z), jitter)
+    Luu = linalg.cholesky(kernel.inducing_gram(Z), jitter)
     d = noise**2 + parallel.nystrom_residual(kernel, Z, Luu, X, chunk_size=chunk_size, mesh=mesh)
     return parallel.woodbury_factor(kernel, Z, X, y, d, Luu, **settings), d
 
@@ -238,7 +238,7 @@ def replicates(
     z = jax.random.normal(k_weights, (M, math.prod(sample_shape)), dtype=dtype)
     # Rᵀz = L_uu⁻ᵀ L_B⁻ᵀ z: two triangular solves, R itself is not formed.
     weights = factor.weight_mean()[:, None] + linalg.solve_upper(factor.Luu, linalg.solve_upper(factor.LB, z))
-    f = (kernel(X, Z) @ weights).T.reshape(*sample_shape, N)
+    f = (kernel.inducing_cross(Z, X).T @ weights).T.reshape(*sample_shape, N)
     if approx in ("fitc", "vfe"):
         lam = residual
         if lam is None:
@@ -261,7 +261,7 @@ def prior_variance_lost(
     (S,). 0 at the inducing inputs (up to jitter); → 1 far from them, where SoR's predictive variance
     collapses to 0 (to σ² for y*) and DTC/FITC/VFE keep the prior K_** (DESIGN §3.4).
     """
-    Luu = linalg.cholesky(kernel(Z, Z), jitter)
+    Luu = linalg.cholesky(kernel.inducing_gram(Z), jitter)
     return jnp.minimum(parallel.nystrom_residual(kernel, Z, Luu, X_test) / kernel.diag(X_test), 1.0)
 
 

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["loo_log_likelihood", "loo_pit", "pit_weights", "replayed_loo"]
+__all__ = ["loo_log_likelihood", "loo_pit", "loo_r2", "pit_weights", "replayed_loo"]
 
 
 def replayed_loo(
@@ -66,7 +66,7 @@ def replayed_loo(
     from bayes_rbfn.models.distributions import deferred_loo
 
     flat, lead = flat_draws(idata)
-    method = {"log_density": "loo_log_prob", "pit": "loo_pit"}[statistic]
+    method = {"log_density": "loo_log_prob", "pit": "loo_pit", "residual": "loo_residual"}[statistic]
     key = jax.random.PRNGKey(0)  # for sites a draw does not hold (none, for a posterior of this model)
 
     def one(values, exact):
@@ -158,6 +158,32 @@ def pit_weights(idata: Any, log_likelihood: np.ndarray) -> np.ndarray:
         warnings.simplefilter("ignore")  # a large Pareto k is az.loo's to report
         log_weights, _ = az.psislw(-flat.T, reff=reff)
     return np.exp(np.asarray(log_weights)).T
+
+
+def loo_r2(idata: Any, y: Any, log_likelihood: np.ndarray, residuals: np.ndarray) -> float:
+    """LOO-R² = 1 − Var(y − ŷ_loo) / Var(y), the share of the variance of y that the leave-one-out
+    predictive means explain ([5], the point estimate).
+
+    ŷ_loo,i = Σ_s w_is E[y_i | y_−i, θ_s] with the PSIS-LOO weights of :func:`pit_weights`.
+
+    Args:
+        idata: the fit's InferenceData (its posterior sets the weights' relative efficiency).
+        y: (N,) observations.
+        log_likelihood: log p(y_i | y_−i, θ_s), shape (chain, draw, N): a GP marginal's LOO conditionals
+            (:func:`replayed_loo`), or a factorised likelihood's pointwise log density.
+        residuals: y_i − E[y_i | y_−i, θ_s] of the same shape: ``replayed_loo(..., statistic="residual")``
+            for a GP marginal; y_i − E[y_i | θ_s] for a factorised likelihood.
+
+    References
+    ----------
+    [5] Gelman, A., Goodrich, B., Gabry, J. & Vehtari, A. (2019). R-squared for Bayesian regression
+        models. The American Statistician 73, 307–309.
+    """
+    y = np.asarray(y, dtype=np.float64)
+    weights = pit_weights(idata, np.asarray(log_likelihood))
+    chains, draws = np.shape(residuals)[:2]
+    loo_residual = np.sum(weights * np.asarray(residuals).reshape(chains * draws, -1), axis=0)
+    return float(1.0 - np.var(loo_residual) / np.var(y))
 
 
 def _stored_log_likelihood(idata: Any, site: str) -> np.ndarray | None:

@@ -1,0 +1,168 @@
+"""The Birthdays model: US births per day 1969–1988 as an additive RBF network ([1], [2]).
+
+The relative number of births y (births over their mean, standardised) on day t is
+
+    y = μ + f_trend(t) + f_year(t) + exp(g(t)) · β_dow[w(t)] + β_doy[d(t)] + Σ_h γ_h 1_h(t) + ε,
+
+a slow trend, a yearly cycle, a day-of-week effect whose size drifts slowly (g is a smooth trend), the
+day-of-year effects, the floating holidays (Memorial Day, Labor Day, Thanksgiving, each with the day
+after) and ε ~ N(0, σ²), as in the case study's model 8 [1] and numpyro's ``examples/hsgp.py``.
+
+Every part that enters linearly under a Gaussian prior is one component of an
+:class:`~bayes_rbfn.gp.kernels.Additive` kernel, and :class:`~bayes_rbfn.models.distributions.SparseGP`
+integrates all their weights out at once in its one Woodbury pass:
+
+================  ==============================================  =========================================
+component         kernel                                          inducing inputs (centres)
+================  ==============================================  =========================================
+``intercept``     ``Constant(1)``: μ ~ N(0, 1)                    one
+``trend``         ``SquaredExponential(ℓ₁, s₁²)`` on t            ``M_trend`` evenly over the days
+``year``          ``Periodic(ℓ₂, s₂², one year)`` on t            ``M_year`` over one year only
+``week``          ``Linear(1)`` on exp(g(t)) · onehot(w(t))       the 7 unit vectors: β_dow ~ N(0, 1)
+``holiday``       ``Linear(1)`` on the 3 holiday indicators        the 3 unit vectors: γ_h ~ N(0, 1)
+================  ==============================================  =========================================
+
+What NUTS samples is what enters non-linearly: the hyperparameters, σ, the week trend g (an RBF network in
+weight space, :func:`~bayes_rbfn.models.layers.rbfn`, whose exp multiplies the weekday columns) and the
+day-of-year effects β_doy ~ N(0, τ²) (non-centred; their 366 columns are left out of the Woodbury pass,
+whose cost grows with the square of the columns, and enter as the prior mean).
+
+References
+----------
+[1] Gelman, A., Vehtari, A., Simpson, D. et al. (2020). Bayesian workflow book – Birthdays.
+    https://avehtari.github.io/casestudies/Birthdays/birthdays.html
+[2] Gelman, A. et al. (2013). *Bayesian Data Analysis*, 3rd ed., ch. 21 and the cover.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pandas as pd
+
+from bayes_rbfn.gp.inducing import periodic_centres
+from bayes_rbfn.gp.kernels import Constant, Linear, Periodic, SquaredExponential, additive
+from bayes_rbfn.models.distributions import SparseGP
+from bayes_rbfn.models.layers import rbfn
+
+__all__ = ["COLUMNS", "HOLIDAYS", "birthdays_inputs", "birthdays_model", "holiday_indicators"]
+
+#: The floating holidays, each marking the day itself and the day after.
+HOLIDAYS = ("memorial", "labour", "thanksgiving")
+
+#: The columns of the model's inputs X.
+COLUMNS = ("t", "day_of_week", "day_of_year", *HOLIDAYS)
+
+#: Days per year, the period of the yearly component.
+YEAR = 365.25
+
+
+def holiday_indicators(dates: pd.Series) -> dict[str, np.ndarray]:
+    """0/1 indicators of the floating holidays and the day after each: Memorial Day (last Monday of
+    May), Labor Day (first Monday of September), Thanksgiving (fourth Thursday of November)."""
+    dates = pd.Series(pd.to_datetime(dates)).reset_index(drop=True)
+    month, weekday, day = dates.dt.month, dates.dt.weekday, dates.dt.day
+    days = {
+        "memorial": (month == 5) & (weekday == 0) & (day >= 25),
+        "labour": (month == 9) & (weekday == 0) & (day <= 7),
+        "thanksgiving": (month == 11) & (weekday == 3) & (day >= 22) & (day <= 28),
+    }
+    out = {}
+    for name, is_day in days.items():
+        after = is_day.shift(1, fill_value=False)
+        out[name] = (is_day | after).to_numpy(dtype=np.float64)
+    return out
+
+
+def birthdays_inputs(frame: pd.DataFrame) -> dict[str, Any]:
+    """The model's data from the case study's table (columns year, month, day, births, day_of_year,
+    day_of_week, id).
+
+    Returns a dict: ``X`` (N, 6) with the columns of :data:`COLUMNS` (t standardised; day of week 0 =
+    Monday … 6; day of year 0 … 365, Feb 29 = 59 and Mar 1 = 60 in every year; the holiday indicators),
+    ``y`` (N,) the standardised relative births, ``dates``, and the scales to undo them: ``t_mean``,
+    ``t_sd`` (days), ``y_mean``, ``y_sd`` (relative births), ``births_mean``.
+    """
+    t = frame["id"].to_numpy(dtype=np.float64)
+    dates = pd.to_datetime(dict(year=frame["year"], month=frame["month"], day=frame["day"]))
+    relative = frame["births"].to_numpy(dtype=np.float64) / frame["births"].mean()
+    t_mean, t_sd = t.mean(), t.std()
+    y_mean, y_sd = relative.mean(), relative.std()
+    holidays = holiday_indicators(dates)
+    X = np.column_stack(
+        [
+            (t - t_mean) / t_sd,
+            frame["day_of_week"].to_numpy(dtype=np.float64) - 1.0,
+            frame["day_of_year"].to_numpy(dtype=np.float64) - 1.0,
+            *(holidays[h] for h in HOLIDAYS),
+        ]
+    )
+    return {
+        "X": X,
+        "y": (relative - y_mean) / y_sd,
+        "dates": dates.to_numpy(),
+        "t_mean": t_mean,
+        "t_sd": t_sd,
+        "y_mean": y_mean,
+        "y_sd": y_sd,
+        "births_mean": float(frame["births"].mean()),
+    }
+
+
+def centres(X: Any, t_sd: float, *, num_trend: int = 20, num_year: int = 30, num_week: int = 8) -> dict:
+    """The centres of the smooth parts, in standardised t: the trend's and the week trend's evenly over
+    the days, the year's over one year (a periodic kernel needs no more)."""
+    t = np.asarray(X)[:, 0]
+    return {
+        "trend": np.linspace(t.min(), t.max(), num_trend),
+        "year": periodic_centres(num_year, YEAR / t_sd, start=float(t.min())),
+        "week": np.linspace(t.min(), t.max(), num_week),
+    }
+
+
+def birthdays_model(X: Any, Z: dict, period: float, y: Any = None) -> None:
+    """The Birthdays model (module docstring) as a NumPyro model.
+
+    Args:
+        X: (N, 6) inputs with the columns of :data:`COLUMNS` (:func:`birthdays_inputs`).
+        Z: the centres of :func:`centres`. period: one year in standardised t.
+        y: (N,) standardised relative births, or None to simulate.
+
+    Sites: the hyperparameters (``trend_lengthscale``, ``trend_amplitude``, ``year_lengthscale``,
+    ``year_amplitude``, ``week_lengthscale``, ``week_amplitude``, ``doy_scale``, ``noise``), the week
+    trend's whitened weights ``week_trend_v`` and values ``week_trend`` (g), the non-centred day-of-year
+    effects ``doy_z`` and ``doy`` (β_doy = τ z), and ``y``.
+    """
+    X = jnp.asarray(X)
+    t = X[:, :1]
+    ell_trend = numpyro.sample("trend_lengthscale", dist.InverseGamma(10.0, 2.0))
+    amp_trend = numpyro.sample("trend_amplitude", dist.HalfNormal(1.0))
+    ell_year = numpyro.sample("year_lengthscale", dist.HalfNormal(0.2))
+    amp_year = numpyro.sample("year_amplitude", dist.HalfNormal(1.0))
+    ell_week = numpyro.sample("week_lengthscale", dist.InverseGamma(10.0, 2.0))
+    amp_week = numpyro.sample("week_amplitude", dist.HalfNormal(1.0))
+    doy_scale = numpyro.sample("doy_scale", dist.HalfNormal(0.2))
+    noise = numpyro.sample("noise", dist.HalfNormal(0.5))
+
+    g = rbfn("week_trend", SquaredExponential(ell_week, amp_week**2), t, jnp.asarray(Z["week"])[:, None])
+    weekday = jnp.exp(g)[:, None] * (X[:, 1:2] == jnp.arange(7.0)[None, :])
+    doy_z = numpyro.sample("doy_z", dist.Normal(0.0, 1.0).expand([366]).to_event(1))
+    doy = numpyro.deterministic("doy", doy_scale * doy_z)
+
+    inputs = jnp.concatenate([t, weekday, X[:, 3:6]], axis=1)  # t | 7 weekday columns | 3 holidays
+    kernel, Z_all = additive(
+        {
+            "intercept": (Constant(1.0), jnp.zeros((1, 11))),
+            "trend": (SquaredExponential(ell_trend, amp_trend**2).on_dims(0), Z["trend"]),
+            "year": (Periodic(ell_year, amp_year**2, period).on_dims(0), Z["year"]),
+            "week": (Linear(1.0).on_dims(list(range(1, 8))), jnp.eye(7)),
+            "holiday": (Linear(1.0).on_dims([8, 9, 10]), jnp.eye(3)),
+        },
+        n_inputs=11,
+    )
+    mean = doy[X[:, 2].astype(jnp.int32)]
+    numpyro.sample("y", SparseGP(kernel, inputs, Z_all, noise, mean=mean), obs=y)
