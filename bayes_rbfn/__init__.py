@@ -65,6 +65,7 @@ _LAZY = {
     "predict": ("bayes_rbfn.infer.predictive", "predict"),
     "predict_model": ("bayes_rbfn.infer.predictive", "predict_model"),
     "loo_pit": ("bayes_rbfn.infer.loo", "loo_pit"),
+    "loo_r2": ("bayes_rbfn.infer.loo", "loo_r2"),
     "posterior_replicates": ("bayes_rbfn.infer.replicates", "posterior_replicates"),
     "score": ("bayes_rbfn.infer.scores", "score"),
     "SamplerSettings": ("bayes_rbfn.infer.sampler", "SamplerSettings"),

@@ -41,7 +41,12 @@ HERE = Path(__file__).resolve().parent
 
 
 def _setup(chains: int):
-    os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count={chains}")
+    # One device per chain, each on one thread (two chains on two cores do not share their threads).
+    os.environ.setdefault(
+        "XLA_FLAGS",
+        f"--xla_force_host_platform_device_count={chains} --xla_cpu_multi_thread_eigen=false "
+        "intra_op_parallelism_threads=1",
+    )
     import jax
 
     jax.config.update("jax_enable_x64", True)
@@ -236,7 +241,7 @@ def main(argv=None) -> int:
     from bayes_rbfn.models import birthdays as B
 
     clock = CompileClock(jax)
-    frame = pd.read_csv(HERE.parent / "bayes_rbfn" / "data" / "birthdays" / "births_usa_1969.csv")
+    frame = pd.read_csv(B.DATA)
     data = B.birthdays_inputs(frame)
     X, y = data["X"], data["y"]
     period = B.YEAR / data["t_sd"]

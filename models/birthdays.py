@@ -36,6 +36,7 @@ References
 
 from __future__ import annotations
 
+import importlib.resources
 from typing import Any
 
 import jax.numpy as jnp
@@ -49,13 +50,24 @@ from bayes_rbfn.gp.kernels import Constant, Linear, Periodic, SquaredExponential
 from bayes_rbfn.models.distributions import SparseGP
 from bayes_rbfn.models.layers import rbfn
 
-__all__ = ["COLUMNS", "HOLIDAYS", "birthdays_inputs", "birthdays_model", "holiday_indicators"]
+__all__ = [
+    "COLUMNS",
+    "DATA",
+    "HOLIDAYS",
+    "birthdays_inputs",
+    "birthdays_model",
+    "centres",
+    "holiday_indicators",
+]
 
 #: The floating holidays, each marking the day itself and the day after.
 HOLIDAYS = ("memorial", "labour", "thanksgiving")
 
 #: The columns of the model's inputs X.
 COLUMNS = ("t", "day_of_week", "day_of_year", *HOLIDAYS)
+
+#: The packaged data (``bayes_rbfn/data/birthdays``, its provenance in the README there).
+DATA = importlib.resources.files("bayes_rbfn.data") / "birthdays" / "births_usa_1969.csv"
 
 #: Days per year, the period of the yearly component.
 YEAR = 365.25
@@ -65,7 +77,7 @@ def holiday_indicators(dates: pd.Series) -> dict[str, np.ndarray]:
     """0/1 indicators of the floating holidays and the day after each: Memorial Day (last Monday of
     May), Labor Day (first Monday of September), Thanksgiving (fourth Thursday of November)."""
     dates = pd.Series(pd.to_datetime(dates)).reset_index(drop=True)
-    month, weekday, day = dates.dt.month, dates.dt.weekday, dates.dt.day
+    month, weekday, day = dates.dt.month, dates.dt.day_of_week, dates.dt.day
     days = {
         "memorial": (month == 5) & (weekday == 0) & (day >= 25),
         "labour": (month == 9) & (weekday == 0) & (day <= 7),

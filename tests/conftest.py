@@ -105,7 +105,7 @@ def rng():
 FILE_SECONDS = {
     "infer/test_mcmc.py": 199,
     "infer/test_resume.py": 186,
-    "test_notebooks.py": 183,
+    "test_notebooks.py": 243,
     "cli/test_cli.py": 170,
     "workflows/test_sbc_models.py": 156,
     "gp/test_parallel.py": 132,
