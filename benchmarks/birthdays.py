@@ -61,31 +61,29 @@ def hsgp_model(X, config, y=None):
     from numpyro.contrib.hsgp.approximation import hsgp_squared_exponential
     from numpyro.handlers import scope
 
+    from bayes_rbfn.models.birthdays import sample_hyperparameters
+
     x = X[:, 0]
     intercept = numpyro.sample("intercept", dist.Normal(0.0, 1.0))
-    ell_trend = numpyro.sample("trend_lengthscale", dist.InverseGamma(10.0, 2.0))
-    amp_trend = numpyro.sample("trend_amplitude", dist.HalfNormal(1.0))
-    ell_year = numpyro.sample("year_lengthscale", dist.HalfNormal(0.2))
-    amp_year = numpyro.sample("year_amplitude", dist.HalfNormal(1.0))
-    ell_week = numpyro.sample("week_lengthscale", dist.InverseGamma(10.0, 2.0))
-    amp_week = numpyro.sample("week_amplitude", dist.HalfNormal(1.0))
-    doy_scale = numpyro.sample("doy_scale", dist.HalfNormal(0.2))
-    noise = numpyro.sample("noise", dist.HalfNormal(0.5))
+    h = sample_hyperparameters()  # the same sites and priors as the bayes-rbfn model
     # numpyro's alpha is the SE kernel's variance (its spectral density is alpha·√(2π)ℓ·e^{−ℓ²ω²/2}).
     trend = scope(hsgp_squared_exponential, "trend")(
-        x, alpha=amp_trend**2, length=ell_trend, ell=config["L"], m=config["m_trend"]
+        x, h["trend_amplitude"] ** 2, h["trend_lengthscale"], ell=config["L"], m=config["m_trend"]
     )
-    year = scope(periodic_basis_model, "year")(x, amp_year, ell_year, config["w0"], config["m_year"])
+    year = scope(periodic_basis_model, "year")(
+        x, h["year_amplitude"], h["year_lengthscale"], config["w0"], config["m_year"]
+    )
     g = scope(hsgp_squared_exponential, "week_trend")(
-        x, alpha=amp_week**2, length=ell_week, ell=config["L"], m=config["m_week"]
+        x, h["week_amplitude"] ** 2, h["week_lengthscale"], ell=config["L"], m=config["m_week"]
     )
     weekday = numpyro.sample("weekday", dist.Normal(0.0, 1.0).expand([7]).to_event(1))
     holiday = numpyro.sample("holiday", dist.Normal(0.0, 1.0).expand([3]).to_event(1))
     doy_z = numpyro.sample("doy_z", dist.Normal(0.0, 1.0).expand([366]).to_event(1))
     dow, doy = X[:, 1].astype(jnp.int32), X[:, 2].astype(jnp.int32)
-    f = intercept + trend + year + jnp.exp(g) * weekday[dow] + doy_scale * doy_z[doy] + X[:, 3:6] @ holiday
+    day = h["doy_scale"] * doy_z[doy] + X[:, 3:6] @ holiday
+    f = intercept + trend + year + jnp.exp(g) * weekday[dow] + day
     numpyro.deterministic("f", f)
-    numpyro.sample("y", dist.Normal(f, noise), obs=y)
+    numpyro.sample("y", dist.Normal(f, h["noise"]), obs=y)
 
 
 #: Terms of the series of :func:`bessel_ive`: enough for a = 1/ℓ² up to ~400 (ℓ ≥ 0.05) to 1e-12.
@@ -179,23 +177,12 @@ def run(name, model, args, settings, clock, jax):
     return mcmc, samples, wall, compile_s
 
 
-HYPERPARAMETERS = (
-    "trend_lengthscale",
-    "trend_amplitude",
-    "year_lengthscale",
-    "year_amplitude",
-    "week_lengthscale",
-    "week_amplitude",
-    "doy_scale",
-    "noise",
-)
-
-
 def summarise(name, mcmc, samples, wall, compile_s, y, loo_values, residuals):
     import arviz as az
     import numpy as np
 
     from bayes_rbfn import loo_r2
+    from bayes_rbfn.models.birthdays import HYPERPARAMETERS
 
     stats = mcmc.get_extra_fields(group_by_chain=True)
     posterior = {k: np.asarray(samples[k]) for k in HYPERPARAMETERS}

@@ -54,10 +54,13 @@ __all__ = [
     "COLUMNS",
     "DATA",
     "HOLIDAYS",
+    "HYPERPARAMETERS",
+    "PRIORS",
     "birthdays_inputs",
     "birthdays_model",
     "centres",
     "holiday_indicators",
+    "sample_hyperparameters",
 ]
 
 #: The floating holidays, each marking the day itself and the day after.
@@ -125,6 +128,28 @@ def birthdays_inputs(frame: pd.DataFrame) -> dict[str, Any]:
     }
 
 
+#: The hyperparameters' priors, for standardised t and y; the case study's where numpyro's version of
+#: it states them ([1]; ``examples/hsgp.py``). Amplitudes s are standard deviations (variance s²).
+PRIORS = {
+    "trend_lengthscale": dist.InverseGamma(10.0, 2.0),
+    "trend_amplitude": dist.HalfNormal(1.0),
+    "year_lengthscale": dist.HalfNormal(0.2),
+    "year_amplitude": dist.HalfNormal(1.0),
+    "week_lengthscale": dist.InverseGamma(10.0, 2.0),
+    "week_amplitude": dist.HalfNormal(1.0),
+    "doy_scale": dist.HalfNormal(0.2),
+    "noise": dist.HalfNormal(0.5),
+}
+
+#: The names of the hyperparameters, the sites whose convergence a fit is judged by.
+HYPERPARAMETERS = tuple(PRIORS)
+
+
+def sample_hyperparameters() -> dict[str, Any]:
+    """Sample sites of :data:`PRIORS`, in their order; {name: value}."""
+    return {name: numpyro.sample(name, prior) for name, prior in PRIORS.items()}
+
+
 def centres(X: Any, t_sd: float, *, num_trend: int = 20, num_year: int = 30, num_week: int = 8) -> dict:
     """The centres of the smooth parts, in standardised t: the trend's and the week trend's evenly over
     the days, the year's over one year (a periodic kernel needs no more)."""
@@ -151,30 +176,25 @@ def birthdays_model(X: Any, Z: dict, period: float, y: Any = None) -> None:
     """
     X = jnp.asarray(X)
     t = X[:, :1]
-    ell_trend = numpyro.sample("trend_lengthscale", dist.InverseGamma(10.0, 2.0))
-    amp_trend = numpyro.sample("trend_amplitude", dist.HalfNormal(1.0))
-    ell_year = numpyro.sample("year_lengthscale", dist.HalfNormal(0.2))
-    amp_year = numpyro.sample("year_amplitude", dist.HalfNormal(1.0))
-    ell_week = numpyro.sample("week_lengthscale", dist.InverseGamma(10.0, 2.0))
-    amp_week = numpyro.sample("week_amplitude", dist.HalfNormal(1.0))
-    doy_scale = numpyro.sample("doy_scale", dist.HalfNormal(0.2))
-    noise = numpyro.sample("noise", dist.HalfNormal(0.5))
-
-    g = rbfn("week_trend", SquaredExponential(ell_week, amp_week**2), t, jnp.asarray(Z["week"])[:, None])
+    h = sample_hyperparameters()
+    week = SquaredExponential(h["week_lengthscale"], h["week_amplitude"] ** 2)
+    g = rbfn("week_trend", week, t, jnp.asarray(Z["week"])[:, None])
     weekday = jnp.exp(g)[:, None] * (X[:, 1:2] == jnp.arange(7.0)[None, :])
     doy_z = numpyro.sample("doy_z", dist.Normal(0.0, 1.0).expand([366]).to_event(1))
-    doy = numpyro.deterministic("doy", doy_scale * doy_z)
+    doy = numpyro.deterministic("doy", h["doy_scale"] * doy_z)
 
     inputs = jnp.concatenate([t, weekday, X[:, 3:6]], axis=1)  # t | 7 weekday columns | 3 holidays
+    trend = SquaredExponential(h["trend_lengthscale"], h["trend_amplitude"] ** 2)
+    year = Periodic(h["year_lengthscale"], h["year_amplitude"] ** 2, period)
     kernel, Z_all = additive(
         {
             "intercept": (Constant(1.0), jnp.zeros((1, 11))),
-            "trend": (SquaredExponential(ell_trend, amp_trend**2).on_dims(0), Z["trend"]),
-            "year": (Periodic(ell_year, amp_year**2, period).on_dims(0), Z["year"]),
+            "trend": (trend.on_dims(0), Z["trend"]),
+            "year": (year.on_dims(0), Z["year"]),
             "week": (Linear(1.0).on_dims(list(range(1, 8))), jnp.eye(7)),
             "holiday": (Linear(1.0).on_dims([8, 9, 10]), jnp.eye(3)),
         },
         n_inputs=11,
     )
     mean = doy[X[:, 2].astype(jnp.int32)]
-    numpyro.sample("y", SparseGP(kernel, inputs, Z_all, noise, mean=mean), obs=y)
+    numpyro.sample("y", SparseGP(kernel, inputs, Z_all, h["noise"], mean=mean), obs=y)

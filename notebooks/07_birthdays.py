@@ -88,16 +88,7 @@ mcmc = MCMC(
 )
 mcmc.run(jax.random.PRNGKey(0), X, Z, period, y, extra_fields=("diverging",))
 samples = mcmc.get_samples(group_by_chain=True)
-hyper = [
-    "trend_lengthscale",
-    "trend_amplitude",
-    "year_lengthscale",
-    "year_amplitude",
-    "week_lengthscale",
-    "week_amplitude",
-    "doy_scale",
-    "noise",
-]
+hyper = list(B.HYPERPARAMETERS)
 idata = az.from_dict(posterior={k: np.asarray(v) for k, v in samples.items()})
 print(az.summary(idata, var_names=hyper, round_to=3))
 print("divergences:", int(np.sum(mcmc.get_extra_fields()["diverging"])))
