@@ -618,20 +618,19 @@ class Categorical(WhiteNoise):
     The white-noise kernel read as a design: as a component of an :class:`Additive` kernel on a code
     column (``Categorical(s2).on_dims(j)``) with one inducing input at each code, K_uu = s² I and K_uf is
     s² times the one-hot design matrix, so the RBF network f = K_fu α with α ~ N(0, K_uu⁻¹) is exactly the
-    one-hot regression f = H β with β ~ N(0, s² I) ([2], §2.7 of [1]), and the sparse models integrate β
-    out with the other weights.
+    one-hot regression f = H β with β ~ N(0, s² I) (§2.7 of [1] of the module), and the sparse models
+    integrate β out with the other weights.
     """
 
 
 class Additive(Kernel):
     """k = Σ_c k_c, where every component c has inducing inputs Z_c of its own: an additive RBF network.
 
-    f = Σ_c K_{f,u_c} α_c with independent α_c ~ N(0, K_{u_c u_c}⁻¹) is the SoR GP of the summed kernel
-    with a block-diagonal K_uu, one block per component (the construction of [3], Eq. (9), with one
-    inducing set per additive part as in [4]). The inducing inputs of all components are stacked, in
-    component order, into one (M, D) array Z, M = Σ_c M_c (:func:`bayes_rbfn.gp.inducing.stack_centres`
-    builds it), so every model and pass of the package that takes ``(kernel, Z)`` takes an additive
-    network unchanged:
+    f = Σ_c K_{f,u_c} α_c with independent α_c ~ N(0, K_{u_c u_c}⁻¹) is the SoR GP ([3] §4) of the
+    additive GP ([4]) whose components are independent, with a block-diagonal K_uu, one block per
+    component: Cov f = Σ_c K_{f,u_c} K_{u_c u_c}⁻¹ K_{u_c,f}. The inducing inputs of all components are
+    stacked, in component order, into one (M, D) array Z, M = Σ_c M_c (:func:`additive` builds it), so
+    every model and pass of the package that takes ``(kernel, Z)`` takes an additive network unchanged:
 
     * ``k(X1, X2)`` and ``diag`` are those of the sum Σ_c k_c (the prior of f, e.g. for DTC's K_**);
     * ``inducing_gram(Z)`` = blockdiag(K_{u_c u_c}), ``inducing_cross(Z, X)`` = the stacked K_{u_c f}.
