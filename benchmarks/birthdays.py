@@ -154,9 +154,8 @@ def check_periodic_basis(w0: float, m: int) -> float:
     return worst
 
 
-def run(name, model, args, settings, clock, jax):
-    """One model's NUTS run: draws, sample stats, wall time, compile time."""
-    import numpyro
+def run(model, args, settings, clock, jax):
+    """One model's NUTS run: the MCMC object, its draws by chain, wall time and JAX's compile time in it."""
     from numpyro.infer import MCMC, NUTS, init_to_median
 
     before = sum(clock.seconds.values())
@@ -172,9 +171,7 @@ def run(name, model, args, settings, clock, jax):
     mcmc.run(jax.random.PRNGKey(settings.seed), *args, extra_fields=("diverging", "num_steps"))
     samples = jax.block_until_ready(mcmc.get_samples(group_by_chain=True))
     wall = time.perf_counter() - start
-    compile_s = sum(clock.seconds.values()) - before
-    del numpyro
-    return mcmc, samples, wall, compile_s
+    return mcmc, samples, wall, sum(clock.seconds.values()) - before
 
 
 def summarise(name, mcmc, samples, wall, compile_s, y, loo_values, residuals):
@@ -257,7 +254,7 @@ def main(argv=None) -> int:
         rows.append(summarise("bayes-rbfn", mcmc, samples, wall, compile_s, y, loo_values, residuals))
         print(rows[-1], flush=True)
     if args.only in (None, "hsgp"):
-        mcmc, samples, wall, compile_s = run("hsgp", hsgp_model, (X, config, y), args, clock, jax)
+        mcmc, samples, wall, compile_s = run(hsgp_model, (X, config, y), args, clock, jax)
         noise = np.asarray(samples["noise"])[..., None]
         f = np.asarray(samples["f"])
         from scipy.stats import norm

@@ -714,21 +714,38 @@ class SparseGP(_GaussianProcessMarginal):
         )
 
     def component_moments(
-        self, y: Any, X_test: Any, name: str, *, full_cov: bool = False
-    ) -> conditional.Gaussian:
-        """One component's contribution f*_c = K_{*,u_c} α_c at X_test given y, for an
-        :class:`~bayes_rbfn.gp.kernels.Additive` kernel: its weights integrated out analytically with all
+        self, y: Any, X_test: dict[str, Any], *, full_cov: bool = False
+    ) -> dict[str, conditional.Gaussian]:
+        """Components' contributions f*_c = K_{*,u_c} α_c given y, for an
+        :class:`~bayes_rbfn.gp.kernels.Additive` kernel: their weights integrated out analytically with all
         the others (:func:`bayes_rbfn.gp.conditional.component_predict`; the weight-space form, whatever
-        ``approx``). Unbatched distributions; y (N,), X_test (S, D) or (S,)."""
+        ``approx``), from one factorisation for all the components asked for.
+
+        Args:
+            y: (N,) observations (unbatched distributions only).
+            X_test: {component name: its (S_c, D) or (S_c,) test inputs}.
+            full_cov: also the (S_c, S_c) covariances.
+
+        Returns:
+            {component name: :class:`~bayes_rbfn.gp.conditional.Gaussian`}.
+        """
         if not isinstance(self.kernel, Additive):
-            raise ValueError("name: component_moments needs an Additive kernel (a sum of components)")
+            raise ValueError("kernel: component_moments needs an Additive kernel (a sum of components)")
         if self.batch_shape or jnp.ndim(y) != 1:
             raise ValueError("y: component_moments takes one member's (N,) observations (no batch)")
-        X_test = check_X(X_test, "X_test", dim=self.X.shape[-1]).astype(self.X.dtype)
+        if not isinstance(X_test, dict) or not X_test:
+            raise ValueError("X_test: expected a non-empty dict {component name: test inputs}")
+        inputs = {
+            name: check_X(x, f"X_test[{name!r}]", dim=self.X.shape[-1]).astype(self.X.dtype)
+            for name, x in X_test.items()
+        }
         y = jnp.asarray(y, dtype=self.X.dtype)
         self._check_length(y, "y")
         factor, _ = self._factor(y - self.loc)
-        return conditional.component_predict(factor, self.kernel, self.Z, X_test, name, full_cov)
+        return {
+            name: conditional.component_predict(factor, self.kernel, self.Z, x, name, full_cov)
+            for name, x in inputs.items()
+        }
 
     def _loo_member(self, y: jax.Array, exact: bool | str | None, statistic: str) -> jax.Array:
         """:func:`bayes_rbfn.gp.parallel.sor_loo` under N(m, Q_ff + diag(d)), d from the factor."""

@@ -128,27 +128,29 @@ year_grid = np.zeros((366, 11))
 year_grid[:, 0] = t_year
 
 
+holiday_rows = np.zeros((3, 11))
+holiday_rows[np.arange(3), 8 + np.arange(3)] = 1.0
+
+
 def component_means(i):
+    """Each component's posterior mean at draw i, from one factorisation of the draw's marginal."""
     values = {k: v[i] for k, v in flat.items()}
     trace = handlers.trace(handlers.substitute(B.birthdays_model, data=values)).get_trace(*args)
-    gp = trace["y"]["fn"]
     g = np.asarray(trace["week_trend"]["value"])
-    out = {
-        "trend": gp.component_moments(y, grid, "trend").mean
-        + gp.component_moments(y, grid, "intercept").mean,
-        "year": gp.component_moments(y, year_grid, "year").mean,
-        "doy": np.asarray(trace["doy"]["value"]),
-    }
-    week = []
+    week_rows = np.tile(grid, (7, 1))  # weekday w's rows carry exp(g(t)) in its column
     for w in range(7):
-        rows = grid.copy()
-        rows[:, 1 + w] = np.exp(g)
-        week.append(np.asarray(gp.component_moments(y, rows, "week").mean))
-    out["week"] = np.stack(week)
-    holiday_rows = np.zeros((3, 11))
-    holiday_rows[np.arange(3), 8 + np.arange(3)] = 1.0
-    out["holiday"] = np.asarray(gp.component_moments(y, holiday_rows, "holiday").mean)
-    return out
+        week_rows[w * len(t) : (w + 1) * len(t), 1 + w] = np.exp(g)
+    moments = trace["y"]["fn"].component_moments(
+        y,
+        {"intercept": grid, "trend": grid, "year": year_grid, "week": week_rows, "holiday": holiday_rows},
+    )
+    return {
+        "trend": moments["trend"].mean + moments["intercept"].mean,
+        "year": moments["year"].mean,
+        "doy": np.asarray(trace["doy"]["value"]),
+        "week": np.asarray(moments["week"].mean).reshape(7, len(t)),
+        "holiday": np.asarray(moments["holiday"].mean),
+    }
 
 
 parts = [component_means(i) for i in draws]

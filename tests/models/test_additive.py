@@ -235,12 +235,14 @@ def test_component_predictive_matches_weight_space_mcmc():
     )
     mcmc.run(jax.random.PRNGKey(stochastic.seed(11)), X, Z, kernel, y=jnp.asarray(y))
     alpha = np.asarray(mcmc.get_samples(group_by_chain=True)["f_alpha"])  # (2, 1000, 15)
-    gp = br.SparseGP(kernel, X, Z, NOISE)
+    moments = br.SparseGP(kernel, X, Z, NOISE).component_moments(
+        jnp.asarray(y), dict.fromkeys(kernel.names, X_test)
+    )
     for name in kernel.names:
         rows = kernel.block(name)
         Ksu = np.asarray(kernel.component(name)(Z[rows], X_test)).T
         draws = alpha[..., rows] @ Ksu.T  # (2, 1000, 3)
-        analytic = gp.component_moments(jnp.asarray(y), X_test, name)
+        analytic = moments[name]
         for j in range(X_test.shape[0]):
             stochastic.assert_within_mcse(draws[..., j], float(analytic.mean[j]), f"{name} mean at x*_{j}")
             centred = (draws[..., j] - float(analytic.mean[j])) ** 2
@@ -284,3 +286,6 @@ def test_bad_arguments_name_themselves():
         periodic_centres(3, -1.0)
     with pytest.raises(ValueError, match="Additive kernel"):
         component_predict(None, K.SquaredExponential(), Z, Z, "trend")
+    X, y = _data()
+    with pytest.raises(ValueError, match="X_test: expected a non-empty dict"):
+        br.SparseGP(kernel, X, Z, NOISE).component_moments(y, X)
