@@ -6,8 +6,8 @@ settings (target acceptance 0.8, diagonal mass matrix):
 
 * ``bayes-rbfn``: :func:`bayes_rbfn.models.birthdays.birthdays_model` — intercept, trend (SE, 20 centres),
   year (periodic, 30 centres over one year), the weekday effects (times exp of the week trend) and the
-  holidays integrated out in one Woodbury pass; NUTS samples the hyperparameters, the week trend's 8
-  whitened weights and the 366 day-of-year effects.
+  holidays integrated out in one Woodbury pass, the 366 day-of-year effects with them as group effects;
+  NUTS samples the 8 hyperparameters and the week trend's 8 whitened weights (16 values).
 * ``hsgp``: the same terms and priors with ``numpyro.contrib.hsgp``'s bases (Riutort-Mayol et al. 2023):
   trend ``hsgp_squared_exponential`` with m = 20 and L = 1.5 max|t|, week trend m = 8, the year the
   periodic expansion with m = 20 (20 cosines, 19 sines), every weight sampled (non-centred). The
@@ -240,9 +240,7 @@ def main(argv=None) -> int:
     basis_error = check_periodic_basis(config["w0"], config["m_year"])
     rows = []
     if args.only in (None, "bayes-rbfn"):
-        mcmc, samples, wall, compile_s = run(
-            "bayes-rbfn", B.birthdays_model, (X, Z, period, y), args, clock, jax
-        )
+        mcmc, samples, wall, compile_s = run(B.birthdays_model, (X, Z, period, y), args, clock, jax)
         import arviz as az
 
         idata = az.from_dict(posterior={k: np.asarray(v) for k, v in samples.items()})

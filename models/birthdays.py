@@ -22,10 +22,14 @@ component         kernel                                          inducing input
 ``holiday``       ``Linear(1)`` on the 3 holiday indicators        the 3 unit vectors: γ_h ~ N(0, 1)
 ================  ==============================================  =========================================
 
-What NUTS samples is what enters non-linearly: the hyperparameters, σ, the week trend g (an RBF network in
-weight space, :func:`~bayes_rbfn.models.layers.rbfn`, whose exp multiplies the weekday columns) and the
-day-of-year effects β_doy ~ N(0, τ²) (non-centred; their 366 columns are left out of the Woodbury pass,
-whose cost grows with the square of the columns, and enter as the prior mean).
+The day-of-year effects β_doy ~ N(0, τ²), one per day of the year, are the same kind of part, 366
+one-hot columns under one Gaussian prior; as columns of the Woodbury pass they would cost (M + 366)² per
+data point, so ``SparseGP`` takes them as group effects (``groups=`` the day of the year,
+:mod:`bayes_rbfn.gp.effects`) and integrates them out by their Schur complement at O(NM + 366 M²).
+
+What NUTS samples is what enters non-linearly: the eight hyperparameters and the week trend g (an RBF
+network in weight space, :func:`~bayes_rbfn.models.layers.rbfn`, whose exp multiplies the weekday
+columns): 16 values.
 
 References
 ----------
@@ -171,17 +175,17 @@ def birthdays_model(X: Any, Z: dict, period: float, y: Any = None) -> None:
 
     Sites: the hyperparameters (``trend_lengthscale``, ``trend_amplitude``, ``year_lengthscale``,
     ``year_amplitude``, ``week_lengthscale``, ``week_amplitude``, ``doy_scale``, ``noise``), the week
-    trend's whitened weights ``week_trend_v`` and values ``week_trend`` (g), the non-centred day-of-year
-    effects ``doy_z`` and ``doy`` (β_doy = τ z), and ``y``.
+    trend's whitened weights ``week_trend_v`` and values ``week_trend`` (g), and ``y``, whose
+    ``SparseGP`` integrates out the day-of-year effects with the components (their posterior:
+    ``group_moments``). X must be concrete (the day-of-year codes fix the number of groups).
     """
+    day_of_year = np.asarray(X)[:, 2].astype(np.int64)
     X = jnp.asarray(X)
     t = X[:, :1]
     h = sample_hyperparameters()
     week = SquaredExponential(h["week_lengthscale"], h["week_amplitude"] ** 2)
     g = rbfn("week_trend", week, t, jnp.asarray(Z["week"])[:, None])
     weekday = jnp.exp(g)[:, None] * (X[:, 1:2] == jnp.arange(7.0)[None, :])
-    doy_z = numpyro.sample("doy_z", dist.Normal(0.0, 1.0).expand([366]).to_event(1))
-    doy = numpyro.deterministic("doy", h["doy_scale"] * doy_z)
 
     inputs = jnp.concatenate([t, weekday, X[:, 3:6]], axis=1)  # t | 7 weekday columns | 3 holidays
     trend = SquaredExponential(h["trend_lengthscale"], h["trend_amplitude"] ** 2)
@@ -196,5 +200,5 @@ def birthdays_model(X: Any, Z: dict, period: float, y: Any = None) -> None:
         },
         n_inputs=11,
     )
-    mean = doy[X[:, 2].astype(jnp.int32)]
-    numpyro.sample("y", SparseGP(kernel, inputs, Z_all, h["noise"], mean=mean), obs=y)
+    doy = SparseGP(kernel, inputs, Z_all, h["noise"], groups=day_of_year, group_scale=h["doy_scale"])
+    numpyro.sample("y", doy, obs=y)

@@ -100,7 +100,7 @@ import numpy as np
 import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
-from bayes_rbfn.gp import conditional, linalg, parallel, sparse
+from bayes_rbfn.gp import conditional, effects, linalg, parallel, sparse
 from bayes_rbfn.gp.kernels import ActiveDims, Additive, Kernel
 from bayes_rbfn.gp.validation import as_float_array, check_X, is_concrete
 from bayes_rbfn.models.common import SortedPytreeFields
@@ -423,6 +423,8 @@ class _GaussianProcessMarginal(SortedPytreeFields, dist.Distribution):
         batch_shape = tuple(int(s) for s in batch_shape)
         if batch_shape == self.batch_shape:
             return self
+        if getattr(self, "groups", None) is not None:
+            raise ValueError(f"groups: group effects take one member, not a batch of shape {batch_shape}")
         if len(batch_shape) < len(self.batch_shape) or (
             _broadcast({"batch_shape": self.batch_shape, "expand to": batch_shape}) != batch_shape
         ):
@@ -596,10 +598,16 @@ class SparseGP(_GaussianProcessMarginal):
             factorisations in float64: ~1e-9 relative in the log density for a well-conditioned K_uu, but
             ~4e-5 and wrong gradients for the cond(K_uu) ~ 1e9 of dense inducing inputs; see
             :mod:`bayes_rbfn.gp.parallel`).
+        groups, group_scale: group effects integrated out with the weights: (N,) integer codes 0 … G−1
+            and τ, so that y = f + β_{g(i)} + ε with β_g ~ N(0, τ²) i.i.d. (a varying intercept per group;
+            one-hot design columns under a shared Gaussian prior), at O(NM² + GM²)
+            (:mod:`bayes_rbfn.gp.effects`). ``"sor"`` and ``"dtc"``, one member; :meth:`moments` is then
+            the GP part's f* alone, :meth:`group_moments` the effects' posterior, and
+            :meth:`sample_replicates` draws f + β_{g(i)} + ε' given y.
     """
 
-    pytree_data_fields = ("Z",)
-    pytree_aux_fields = ("approx", "jitter", "fast", "chunk_size", "mesh", "precision")
+    pytree_data_fields = ("Z", "groups", "group_scale")
+    pytree_aux_fields = ("approx", "jitter", "fast", "chunk_size", "mesh", "precision", "num_groups")
     _batched_fields = ("kernel", "X", "Z", "noise", "loc")
 
     def __init__(
@@ -617,6 +625,8 @@ class SparseGP(_GaussianProcessMarginal):
         chunk_size: int | None = None,
         mesh: Any = None,
         precision: str = "float64",
+        groups: Any = None,
+        group_scale: Any = None,
         validate_args: bool | None = None,
     ) -> None:
         if approx not in APPROXIMATIONS:
@@ -630,6 +640,29 @@ class SparseGP(_GaussianProcessMarginal):
         self.fast, self.chunk_size, self.mesh = bool(fast), chunk_size, mesh
         self.precision = parallel.check_precision(precision)
         self._init_common(kernel, X, noise, mean, kernel_batch_shape, validate_args, Z=Z)
+        self._init_groups(groups, group_scale)
+
+    def _init_groups(self, groups: Any, group_scale: Any) -> None:
+        """Check and keep the group effects' codes, their number G and τ (all None without effects)."""
+        self.groups, self.group_scale, self.num_groups = None, None, None
+        if groups is None and group_scale is None:
+            return
+        if groups is None or group_scale is None:
+            raise ValueError("groups, group_scale: group effects need both the codes and their scale τ")
+        if self.approx not in ("sor", "dtc"):
+            raise ValueError(
+                f"groups: group effects are integrated out under 'sor' and 'dtc', not {self.approx!r}"
+            )
+        if self.batch_shape:
+            raise ValueError(
+                f"groups: group effects take one member, not a batch of shape {self.batch_shape}"
+            )
+        self.groups, self.num_groups = effects.check_groups(groups, self.event_shape[0])
+        if jnp.ndim(group_scale) != 0:
+            raise ValueError(f"group_scale: expected a scalar τ, got shape {tuple(jnp.shape(group_scale))}")
+        if is_concrete(group_scale) and not (np.isfinite(group_scale) and float(group_scale) >= 0):
+            raise ValueError(f"group_scale: expected a finite τ ≥ 0, got {group_scale!r}")
+        self.group_scale = jnp.asarray(group_scale, dtype=self.X.dtype)
 
     # -- one member: the O(NM²) factorisation and what is computed from it ---------------------------
 
@@ -638,7 +671,14 @@ class SparseGP(_GaussianProcessMarginal):
         return {"chunk_size": self.chunk_size, "mesh": self.mesh}
 
     def _factor(self, r: jax.Array) -> tuple[linalg.Woodbury, Any]:
-        """Woodbury factor of C = Q_ff + diag(d) for the centred r, and d (:func:`sparse.training_factor`)."""
+        """Woodbury factor of C = Q_ff + diag(d) for the centred r, and d (:func:`sparse.training_factor`);
+        with group effects of C = Q_ff + diag(d) + τ² H Hᵀ (:func:`bayes_rbfn.gp.effects.factor`)."""
+        if self.groups is not None:
+            d = self.noise**2
+            Luu = linalg.cholesky(self.kernel.inducing_gram(self.Z), self.jitter)
+            settings = {"fast": self.fast, "precision": self.precision, **self._settings()}
+            wood = effects.factor(self.kernel, self.Z, self.X, r, d, Luu, *self._group_args(), **settings)
+            return wood, d
         return sparse.training_factor(
             self.approx,
             self.kernel,
@@ -651,6 +691,10 @@ class SparseGP(_GaussianProcessMarginal):
             precision=self.precision,
             **self._settings(),
         )
+
+    def _group_args(self) -> tuple[jax.Array, int, jax.Array]:
+        """(codes, G, τ) for :mod:`bayes_rbfn.gp.effects`."""
+        return self.groups, self.num_groups, self.group_scale
 
     def _log_prob_member(self, value: jax.Array) -> jax.Array:
         """log N(y | m, Q_ff + D) (VFE: − ½ tr(D⁻¹(K_ff − Q_ff))), O(NM²); -inf if a factorisation fails."""
@@ -673,6 +717,10 @@ class SparseGP(_GaussianProcessMarginal):
         if self.approx == "fitc":
             residual = parallel.nystrom_residual(self.kernel, self.Z, Luu, self.X, **self._settings())
             y = y + jnp.sqrt(residual) * jax.random.normal(k_fitc, (*sample_shape, N), dtype=self.X.dtype)
+        if self.groups is not None:
+            k_noise, k_groups = jax.random.split(k_noise)
+            beta = jax.random.normal(k_groups, (*sample_shape, self.num_groups), dtype=self.X.dtype)
+            y = y + self.group_scale * beta[..., self.groups]
         return y + self.noise * jax.random.normal(k_noise, (*sample_shape, N), dtype=self.X.dtype)
 
     def _replicates_member(self, key: jax.Array, y: jax.Array, sample_shape: tuple[int, ...]) -> jax.Array:
@@ -681,6 +729,9 @@ class SparseGP(_GaussianProcessMarginal):
         DTC deterministic given the weights, FITC's and VFE's independent diag(K_ff − Q_ff))."""
         r = y - self.loc
         factor, d = self._factor(r)
+        if self.groups is not None:
+            args = (self.kernel, self.Z, self.X, r, d, *self._group_args(), key, sample_shape)
+            return self.loc + effects.replicates(factor, *args)
         # FITC's factor already holds λ = diag(K_ff − Q_ff) in d = σ² + λ.
         residual = jnp.maximum(d - self.noise**2, 0.0) if self.approx == "fitc" else None
         draws = sparse.replicates(
@@ -747,10 +798,33 @@ class SparseGP(_GaussianProcessMarginal):
             for name, x in inputs.items()
         }
 
-    def _loo_member(self, y: jax.Array, exact: bool | str | None, statistic: str) -> jax.Array:
-        """:func:`bayes_rbfn.gp.parallel.sor_loo` under N(m, Q_ff + diag(d)), d from the factor."""
+    def group_moments(self, y: Any) -> conditional.Gaussian:
+        """The posterior of the group effects β | y, a :class:`~bayes_rbfn.gp.conditional.Gaussian` with
+        ``mean`` and ``var`` of shape (G,) (:func:`bayes_rbfn.gp.effects.effect_moments`), from the
+        factorisation of the marginal with every other Gaussian part integrated out.
+
+        Args:
+            y: (N,) observations (the distribution takes one member with group effects).
+        """
+        if self.groups is None:
+            raise ValueError(
+                "groups: group_moments needs a SparseGP with group effects (groups=, group_scale=)"
+            )
+        y = jnp.asarray(y, dtype=self.X.dtype)
+        if y.shape != self.event_shape:
+            raise ValueError(f"y: expected shape {self.event_shape}, got {tuple(y.shape)}")
         r = y - self.loc
         factor, d = self._factor(r)
+        return effects.effect_moments(factor, self.kernel, self.Z, self.X, r, d, *self._group_args())
+
+    def _loo_member(self, y: jax.Array, exact: bool | str | None, statistic: str) -> jax.Array:
+        """:func:`bayes_rbfn.gp.parallel.sor_loo` under N(m, Q_ff + diag(d)), d from the factor; with group
+        effects :func:`bayes_rbfn.gp.effects.loo` (``exact`` does not apply)."""
+        r = y - self.loc
+        factor, d = self._factor(r)
+        if self.groups is not None:
+            args = (self.kernel, self.Z, self.X, r, d, *self._group_args())
+            return effects.loo(factor, *args, statistic=statistic)
         return parallel.sor_loo(
             factor, self.kernel, self.Z, self.X, r, d, exact=exact, statistic=statistic, **self._settings()
         )

@@ -19,10 +19,11 @@
 # the day of the year and of the floating holidays. `bayes_rbfn.models.birthdays` writes it as one
 # additive RBF network (`bayes_rbfn.gp.kernels.additive`): every part that enters linearly under a
 # Gaussian prior — the intercept, the trend's and the year's weights, the weekday and holiday effects —
-# is a component whose weights `SparseGP` integrates out in one Woodbury pass, and NUTS samples only the
-# hyperparameters, the week trend g (whose exp multiplies the weekday effects) and the day-of-year
-# effects. Each component's posterior then comes back analytically, draw by draw
-# (`SparseGP.component_moments`).
+# is a component whose weights `SparseGP` integrates out in one Woodbury pass, with the 366 day-of-year
+# effects as group effects (`groups=`, integrated out by their Schur complement). NUTS samples only the
+# eight hyperparameters and the week trend g (whose exp multiplies the weekday effects). Each part's
+# posterior then comes back analytically, draw by draw (`SparseGP.component_moments` and
+# `SparseGP.group_moments`).
 
 # %%
 import os
@@ -114,7 +115,7 @@ print(f"LOO-R² = {br.loo_r2(idata, y, loo_values, residuals):.3f}")
 #
 # At every kept draw the model is replayed, and the observed site's `SparseGP` gives each component's
 # analytic posterior mean at the inputs we ask for: the trend over the days, the year over one year,
-# each weekday's effect exp(g(t)) β_w over the years, and the holidays.
+# each weekday's effect exp(g(t)) β_w over the years, the holidays, and the day-of-year effects.
 
 # %%
 flat = {k: np.asarray(v).reshape(-1, *np.shape(v)[2:]) for k, v in samples.items()}
@@ -140,14 +141,15 @@ def component_means(i):
     week_rows = np.tile(grid, (7, 1))  # weekday w's rows carry exp(g(t)) in its column
     for w in range(7):
         week_rows[w * len(t) : (w + 1) * len(t), 1 + w] = np.exp(g)
-    moments = trace["y"]["fn"].component_moments(
+    marginal = trace["y"]["fn"]
+    moments = marginal.component_moments(
         y,
         {"intercept": grid, "trend": grid, "year": year_grid, "week": week_rows, "holiday": holiday_rows},
     )
     return {
         "trend": moments["trend"].mean + moments["intercept"].mean,
         "year": moments["year"].mean,
-        "doy": np.asarray(trace["doy"]["value"]),
+        "doy": np.asarray(marginal.group_moments(y).mean),
         "week": np.asarray(moments["week"].mean).reshape(7, len(t)),
         "holiday": np.asarray(moments["holiday"].mean),
     }
