@@ -674,11 +674,7 @@ class SparseGP(_GaussianProcessMarginal):
         """Woodbury factor of C = Q_ff + diag(d) for the centred r, and d (:func:`sparse.training_factor`);
         with group effects of C = Q_ff + diag(d) + τ² H Hᵀ (:func:`bayes_rbfn.gp.effects.factor`)."""
         if self.groups is not None:
-            d = self.noise**2
-            Luu = linalg.cholesky(self.kernel.inducing_gram(self.Z), self.jitter)
-            settings = {"fast": self.fast, "precision": self.precision, **self._settings()}
-            wood = effects.factor(self.kernel, self.Z, self.X, r, d, Luu, *self._group_args(), **settings)
-            return wood, d
+            return self._group_factor(r)[0], self.noise**2
         return sparse.training_factor(
             self.approx,
             self.kernel,
@@ -692,9 +688,12 @@ class SparseGP(_GaussianProcessMarginal):
             **self._settings(),
         )
 
-    def _group_args(self) -> tuple[jax.Array, int, jax.Array]:
-        """(codes, G, τ) for :mod:`bayes_rbfn.gp.effects`."""
-        return self.groups, self.num_groups, self.group_scale
+    def _group_factor(self, r: jax.Array) -> tuple[linalg.Woodbury, effects.GroupTerms]:
+        """:func:`bayes_rbfn.gp.effects.factor` for the centred r: the factor and the terms it shares."""
+        Luu = linalg.cholesky(self.kernel.inducing_gram(self.Z), self.jitter)
+        settings = {"fast": self.fast, "precision": self.precision, **self._settings()}
+        args = (self.groups, self.num_groups, self.group_scale)
+        return effects.factor(self.kernel, self.Z, self.X, r, self.noise**2, Luu, *args, **settings)
 
     def _log_prob_member(self, value: jax.Array) -> jax.Array:
         """log N(y | m, Q_ff + D) (VFE: − ½ tr(D⁻¹(K_ff − Q_ff))), O(NM²); -inf if a factorisation fails."""
@@ -728,10 +727,11 @@ class SparseGP(_GaussianProcessMarginal):
         approximation with its own training conditional (:func:`bayes_rbfn.gp.sparse.replicates`: SoR and
         DTC deterministic given the weights, FITC's and VFE's independent diag(K_ff − Q_ff))."""
         r = y - self.loc
-        factor, d = self._factor(r)
         if self.groups is not None:
-            args = (self.kernel, self.Z, self.X, r, d, *self._group_args(), key, sample_shape)
-            return self.loc + effects.replicates(factor, *args)
+            factor, terms = self._group_factor(r)
+            args = (r, self.groups, self.num_groups, self.group_scale, key, sample_shape)
+            return self.loc + effects.replicates(factor, terms, *args)
+        factor, d = self._factor(r)
         # FITC's factor already holds λ = diag(K_ff − Q_ff) in d = σ² + λ.
         residual = jnp.maximum(d - self.noise**2, 0.0) if self.approx == "fitc" else None
         draws = sparse.replicates(
@@ -814,17 +814,17 @@ class SparseGP(_GaussianProcessMarginal):
         if y.shape != self.event_shape:
             raise ValueError(f"y: expected shape {self.event_shape}, got {tuple(y.shape)}")
         r = y - self.loc
-        factor, d = self._factor(r)
-        return effects.effect_moments(factor, self.kernel, self.Z, self.X, r, d, *self._group_args())
+        factor, terms = self._group_factor(r)
+        return effects.effect_moments(factor, terms, r, self.groups, self.num_groups, self.group_scale)
 
     def _loo_member(self, y: jax.Array, exact: bool | str | None, statistic: str) -> jax.Array:
         """:func:`bayes_rbfn.gp.parallel.sor_loo` under N(m, Q_ff + diag(d)), d from the factor; with group
         effects :func:`bayes_rbfn.gp.effects.loo` (``exact`` does not apply)."""
         r = y - self.loc
-        factor, d = self._factor(r)
         if self.groups is not None:
-            args = (self.kernel, self.Z, self.X, r, d, *self._group_args())
-            return effects.loo(factor, *args, statistic=statistic)
+            factor, terms = self._group_factor(r)
+            return effects.loo(factor, terms, r, self.groups, self.num_groups, statistic=statistic)
+        factor, d = self._factor(r)
         return parallel.sor_loo(
             factor, self.kernel, self.Z, self.X, r, d, exact=exact, statistic=statistic, **self._settings()
         )

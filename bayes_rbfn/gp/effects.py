@@ -109,6 +109,11 @@ def _precision_times(terms: GroupTerms, r: jax.Array, codes: jax.Array, num_grou
     return wr - terms.omega * (terms.kappa * _group_sum(wr, codes, num_groups))[codes]
 
 
+def _precision_residual(terms: GroupTerms, u: jax.Array, m: jax.Array, codes: jax.Array, G: int) -> jax.Array:
+    """C⁻¹u = E⁻¹(u − K_fu m) for m the weight mean of data u (Woodbury), shape (N,)."""
+    return _precision_times(terms, u - terms.Kuf.T @ m, codes, G)
+
+
 @linalg.full_precision
 def factor(
     kernel: Kernel,
@@ -121,7 +126,7 @@ def factor(
     num_groups: int,
     scale: Any,
     **settings: Any,
-) -> linalg.Woodbury:
+) -> tuple[linalg.Woodbury, GroupTerms]:
     """The Woodbury factor of C = Q_ff + D + τ² H Hᵀ for the centred y (the module docstring).
 
     Args:
@@ -132,8 +137,10 @@ def factor(
             :func:`bayes_rbfn.gp.parallel.woodbury_stats`).
 
     Returns:
-        The :class:`~bayes_rbfn.gp.linalg.Woodbury` of C, its quadratic form in the residual form
-        rᵀE⁻¹r + ‖L_B⁻ᵀc‖² (r = y − K_fu m, m the weight mean), as the streamed factor's.
+        (the :class:`~bayes_rbfn.gp.linalg.Woodbury` of C, its quadratic form in the residual form
+        rᵀE⁻¹r + ‖L_B⁻ᵀc‖² (r = y − K_fu m, m the weight mean), as the streamed factor's; the
+        :class:`GroupTerms` it was computed from, which :func:`loo`, :func:`effect_moments` and
+        :func:`replicates` take).
     """
     terms = group_terms(kernel, Z, X, d, codes, num_groups, scale)
     AAt, Ay, yDy, logdet_d = parallel.woodbury_stats(kernel, Z, X, y, d, Luu, **settings)
@@ -147,61 +154,52 @@ def factor(
     )
     wood = linalg.woodbury(Luu, stats, n=y.shape[0])
     r = y - terms.Kuf.T @ wood.weight_mean()
-    return wood.with_residuals(jnp.sum(r * _precision_times(terms, r, codes, num_groups)))
+    wood = wood.with_residuals(jnp.sum(r * _precision_times(terms, r, codes, num_groups)))
+    return wood, terms
 
 
 @linalg.full_precision
 def loo(
     wood: linalg.Woodbury,
-    kernel: Kernel,
-    Z: jax.Array,
-    X: jax.Array,
+    terms: GroupTerms,
     y: jax.Array,
-    d: Any,
     codes: jax.Array,
     num_groups: int,
-    scale: Any,
     statistic: str = "log_density",
 ) -> jax.Array:
     """The N leave-one-out conditionals of y ~ N(0, Q_ff + E) (or their PIT or residuals), shape (N,).
 
     C⁻¹ = E⁻¹ − E⁻¹ K_fu Rᵀ R K_uf E⁻¹ with R = L_B⁻¹ L_uu⁻¹ (Woodbury), so diag(C⁻¹)_i = ω_i − ω_i² κ_{g(i)}
     − ‖V_:i‖², V = R K_uf E⁻¹, and C⁻¹y = E⁻¹ r for the residuals r = y − K_fu m of the weight mean; then
-    :func:`bayes_rbfn.gp.linalg.loo_from_precision`. Arguments as :func:`factor`, with its factor ``wood``.
+    :func:`bayes_rbfn.gp.linalg.loo_from_precision`.
+
+    Args:
+        wood, terms: what :func:`factor` returned for y. y: (N,) the centred data. codes, num_groups: as
+            :func:`factor`. statistic: one of :data:`bayes_rbfn.gp.linalg.LOO_STATISTICS`.
     """
     if statistic not in linalg.LOO_STATISTICS:
         raise ValueError(f"statistic: expected one of {linalg.LOO_STATISTICS}, got {statistic!r}")
-    terms = group_terms(kernel, Z, X, d, codes, num_groups, scale)
     kappa_i = terms.kappa[codes]
     KufE = (terms.Kuf - terms.Q[:, codes] * kappa_i) * terms.omega
     V = linalg.solve_lower(wood.LB, linalg.solve_lower(wood.Luu, KufE))
     precision_diag = terms.omega - terms.omega**2 * kappa_i - jnp.sum(V * V, axis=0)
-    r = y - terms.Kuf.T @ wood.weight_mean()
-    return linalg.loo_from_precision(precision_diag, _precision_times(terms, r, codes, num_groups), statistic)
+    precision_y = _precision_residual(terms, y, wood.weight_mean(), codes, num_groups)
+    return linalg.loo_from_precision(precision_diag, precision_y, statistic)
 
 
 @linalg.full_precision
 def effect_moments(
-    wood: linalg.Woodbury,
-    kernel: Kernel,
-    Z: jax.Array,
-    X: jax.Array,
-    y: jax.Array,
-    d: Any,
-    codes: jax.Array,
-    num_groups: int,
-    scale: Any,
+    wood: linalg.Woodbury, terms: GroupTerms, y: jax.Array, codes: jax.Array, num_groups: int, scale: Any
 ) -> Gaussian:
     """The posterior of the effects β | y: mean τ² Hᵀ C⁻¹ y and variance τ² − τ⁴ [Hᵀ C⁻¹ H]_gg, (G,) each.
 
     With K_uf E⁻¹ H = Q diag(1/(1 + τ² s)) and Hᵀ E⁻¹ H = diag(s/(1 + τ² s)), the variance is
     κ_g + τ⁴ ‖R Q_g‖²/(1 + τ² s_g)² (R = L_B⁻¹ L_uu⁻¹): each group's shrunk prior variance plus what the
-    uncertainty of the GP part adds. Arguments as :func:`loo`.
+    uncertainty of the GP part adds. Arguments as :func:`loo`; ``scale`` τ.
     """
-    terms = group_terms(kernel, Z, X, d, codes, num_groups, scale)
     tau2 = jnp.asarray(scale, dtype=y.dtype) ** 2
-    r = y - terms.Kuf.T @ wood.weight_mean()
-    mean = tau2 * _group_sum(_precision_times(terms, r, codes, num_groups), codes, num_groups)
+    precision_y = _precision_residual(terms, y, wood.weight_mean(), codes, num_groups)
+    mean = tau2 * _group_sum(precision_y, codes, num_groups)
     VH = linalg.solve_lower(wood.LB, linalg.solve_lower(wood.Luu, terms.Q)) / (1.0 + tau2 * terms.s)
     return Gaussian(mean=mean, var=terms.kappa + tau2**2 * jnp.sum(VH * VH, axis=0))
 
@@ -209,11 +207,8 @@ def effect_moments(
 @linalg.full_precision
 def replicates(
     wood: linalg.Woodbury,
-    kernel: Kernel,
-    Z: jax.Array,
-    X: jax.Array,
+    terms: GroupTerms,
     y: jax.Array,
-    d: Any,
     codes: jax.Array,
     num_groups: int,
     scale: Any,
@@ -225,27 +220,24 @@ def replicates(
     g = f + Hβ given y by conditioning a prior draw on the data ([1] eq. (A.6) applied to a draw: Matheron's
     rule): with (g̃, ỹ = g̃ + ε̃) from the prior, g = g̃ + (C − D) C⁻¹ (y − ỹ) has the posterior of g exactly,
     C⁻¹u = E⁻¹(u − K_fu m(u)) from the factor (m(u) the weight mean for data u); then ε' ~ N(0, D).
-    O(NM) per draw after the factor. Arguments as :func:`loo`; ``key`` a PRNG key.
+    O(NM) per draw after the factor. Arguments as :func:`effect_moments`; ``key`` a PRNG key.
     """
-    terms = group_terms(kernel, Z, X, d, codes, num_groups, scale)
     k_weights, k_groups, k_noise, k_new = jax.random.split(key, 4)
     dtype = y.dtype
-    v = jax.random.normal(k_weights, (*sample_shape, Z.shape[0]), dtype=dtype)
+    M, N = terms.Kuf.shape
+    v = jax.random.normal(k_weights, (*sample_shape, M), dtype=dtype)
     factor_f = linalg.solve_lower(wood.Luu, terms.Kuf)  # (M, N): rows of K_fu L_uu⁻ᵀ as columns
-    beta = jnp.asarray(scale, dtype=dtype) * jax.random.normal(
-        k_groups, (*sample_shape, num_groups), dtype=dtype
-    )
-    g_prior = v @ factor_f + beta[..., codes]
+    z = jax.random.normal(k_groups, (*sample_shape, num_groups), dtype=dtype)
+    g_prior = v @ factor_f + jnp.asarray(scale, dtype=dtype) * z[..., codes]
     sd = jnp.sqrt(1.0 / terms.omega)
-    u = y - g_prior - sd * jax.random.normal(k_noise, (*sample_shape, y.shape[0]), dtype=dtype)
+    u = y - g_prior - sd * jax.random.normal(k_noise, (*sample_shape, N), dtype=dtype)
 
     def precision_times(u_one: jax.Array) -> jax.Array:
         """C⁻¹ u for one (N,) vector."""
         b = linalg.solve_lower(wood.Luu, terms.Kuf @ _precision_times(terms, u_one, codes, num_groups))
         m = linalg.solve_upper(wood.Luu, linalg.cho_solve(wood.LB, b))
-        return _precision_times(terms, u_one - terms.Kuf.T @ m, codes, num_groups)
+        return _precision_residual(terms, u_one, m, codes, num_groups)
 
-    flat = u.reshape(-1, y.shape[0])
-    Cinv_u = jax.vmap(precision_times)(flat).reshape(u.shape)
+    Cinv_u = jax.vmap(precision_times)(u.reshape(-1, N)).reshape(u.shape)
     g = g_prior + u - Cinv_u / terms.omega
     return g + sd * jax.random.normal(k_new, g.shape, dtype=dtype)
