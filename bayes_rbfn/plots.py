@@ -25,6 +25,7 @@ from matplotlib.patches import Patch
 from bayes_rbfn.infer.predictive import Band
 
 __all__ = [
+    "plot_birthdays",
     "plot_predicted_vs_observed",
     "plot_predictive_1d",
     "plot_predictive_groups",
@@ -308,4 +309,81 @@ def plot_predicted_vs_observed(
     right.set_title("Against the first input (ticks: inducing inputs)")
     right.legend(fontsize=8, frameon=False)
     fig.suptitle(title)
+    _save(fig, path)
+
+
+#: The days the Birthdays figure labels, as (label, month, day); the floating holidays come from the data.
+_SPECIAL_DAYS = (
+    ("New year", 1, 1),
+    ("Valentine's", 2, 14),
+    ("Leap day", 2, 29),
+    ("April 1st", 4, 1),
+    ("Independence day", 7, 4),
+    ("Halloween", 10, 31),
+    ("Christmas", 12, 25),
+)
+
+
+def plot_birthdays(idata: Any, path: str | os.PathLike[str]) -> None:
+    """The Birthdays case study's figure from :func:`bayes_rbfn.workflows.birthdays.fit_birthdays`'s
+    InferenceData, in relative births (1 = the average day), posterior means over the stored draws:
+    the day-of-year and floating-holiday effects of the last year with special days labelled (top); the
+    data with the slow trend; the yearly cycle over the first year; each weekday's effect exp(g(t)) β_w
+    over the years."""
+    import pandas as pd
+
+    attrs = idata.constant_data.attrs
+    y_sd, y_mean = attrs["bayes_rbfn_y_sd"], attrs["bayes_rbfn_y_mean"]
+    pred = idata.predictions.mean(dim=("chain", "draw"))
+    dates = pd.to_datetime(idata.constant_data["date"].values)
+    X = idata.constant_data["X"].values
+    relative = idata.observed_data["y"].values * y_sd + y_mean
+    weekday = idata.predictions["weekday_effect"].values  # (chain, draw, 7)
+    g = idata.predictions["week_trend"].values  # (chain, draw, N)
+    week = np.mean(np.exp(g)[..., None] * weekday[..., None, :], axis=(0, 1))  # (N, 7)
+    day_of_year = pred["day_of_year_effect"].values[X[:, 2].astype(int)]
+    effect = 1.0 + (day_of_year + X[:, 3:6] @ pred["holiday_effect"].values) * y_sd
+
+    fig = Figure(figsize=(14, 9), layout="constrained")
+    grid = fig.add_gridspec(2, 3)
+    ax = fig.add_subplot(grid[0, :])
+    last = dates.year == dates.year.max()
+    ax.plot(dates[last], effect[last], color="k", lw=1.5)
+    labels = [(name, month, day) for name, month, day in _SPECIAL_DAYS]
+    for j, name in enumerate(("Memorial day", "Labor day", "Thanksgiving")):
+        first = np.flatnonzero(last & (X[:, 3 + j] == 1.0))
+        if first.size:
+            labels.append((name, dates[first[0]].month, dates[first[0]].day))
+    for name, month, day in labels:
+        at = np.flatnonzero(last & (dates.month == month) & (dates.day == day))
+        if at.size:
+            value = effect[at[0]]
+            ax.annotate(
+                name,
+                (dates[at[0]], value),
+                textcoords="offset points",
+                xytext=(0, -14 if value < 1 else 6),
+                ha="center",
+                fontsize=8,
+            )
+    ax.axhline(1.0, color="gray", ls="--", lw=1)
+    ax.set_title(f"Day-of-year and floating-holiday effects, {dates.year.max()} (relative births)")
+
+    ax = fig.add_subplot(grid[1, 0])
+    ax.plot(dates, relative, ".", color="lightgray", ms=2)
+    ax.plot(dates, pred["trend"].values * y_sd + y_mean, color="k", lw=2)
+    ax.set_title("Data and the slow trend")
+
+    ax = fig.add_subplot(grid[1, 1])
+    first_year = dates.year == dates.year.min()
+    ax.plot(X[first_year, 2] + 1, 1.0 + pred["year"].values[first_year] * y_sd, color="k", lw=2)
+    ax.set_title("Yearly cycle")
+    ax.set_xlabel("day of year")
+
+    ax = fig.add_subplot(grid[1, 2])
+    for w, name in enumerate(idata.predictions["weekday"].values):
+        line = 1.0 + week[:, w] * y_sd
+        ax.plot(dates, line, lw=1.5)
+        ax.annotate(str(name), (dates[-1], line[-1]), fontsize=8)
+    ax.set_title("Day-of-week effects over the years")
     _save(fig, path)

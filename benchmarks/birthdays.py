@@ -1,13 +1,16 @@
 """Birthdays: this collection's additive RBF network against an HSGP model of the same structure.
 
 Both models of the relative births per day (7,305 days, 1969–1988; ``bayes_rbfn/data/birthdays``) run in
-one process, with the same chains, warm-up, draws, seed, start (NumPyro's ``init_to_median``) and NUTS
-settings (target acceptance 0.8, diagonal mass matrix):
+one process, with the same chains, warm-up, draws, seed and target acceptance (0.8), each with its own
+library's sampler at its defaults:
 
 * ``bayes-rbfn``: :func:`bayes_rbfn.models.birthdays.birthdays_model` — intercept, trend (SE, 20 centres),
   year (periodic, 30 centres over one year), the weekday effects (times exp of the week trend) and the
   holidays integrated out in one Woodbury pass, the 366 day-of-year effects with them as group effects;
-  NUTS samples the 8 hyperparameters and the week trend's 8 whitened weights (16 values).
+  NUTS samples the 8 hyperparameters and the week trend's values at its 8 centres (16 values), through
+  the package's sampler at the case study's settings
+  (:data:`bayes_rbfn.workflows.birthdays.DEFAULT_SETTINGS`: prior-median start, dense mass matrix,
+  tree depth ≤ 8).
 * ``hsgp``: the same terms and priors with ``numpyro.contrib.hsgp``'s bases (Riutort-Mayol et al. 2023):
   trend ``hsgp_squared_exponential`` with m = 20 and L = 1.5 max|t|, week trend m = 8, the year the
   periodic expansion with m = 20 (20 cosines, 19 sines), every weight sampled (non-centred). The
@@ -155,7 +158,8 @@ def check_periodic_basis(w0: float, m: int) -> float:
 
 
 def run(model, args, settings, clock, jax):
-    """One model's NUTS run: the MCMC object, its draws by chain, wall time and JAX's compile time in it."""
+    """The HSGP model's NUTS run (NumPyro's MCMC): its draws by chain, statistics, wall time and JAX's
+    compile time in it."""
     from numpyro.infer import MCMC, NUTS, init_to_median
 
     before = sum(clock.seconds.values())
@@ -171,17 +175,42 @@ def run(model, args, settings, clock, jax):
     mcmc.run(jax.random.PRNGKey(settings.seed), *args, extra_fields=("diverging", "num_steps"))
     samples = jax.block_until_ready(mcmc.get_samples(group_by_chain=True))
     wall = time.perf_counter() - start
-    return mcmc, samples, wall, sum(clock.seconds.values()) - before
+    return samples, mcmc.get_extra_fields(group_by_chain=True), wall, sum(clock.seconds.values()) - before
 
 
-def summarise(name, mcmc, samples, wall, compile_s, y, loo_values, residuals):
+def run_package(model_args, settings, clock, jax):
+    """The bayes-rbfn model's NUTS run through the package's sampler at the case study's settings."""
+    from dataclasses import replace
+
+    from bayes_rbfn.infer.sampler import nuts_kernel, run_chains
+    from bayes_rbfn.models import birthdays as B
+    from bayes_rbfn.workflows.birthdays import DEFAULT_SETTINGS
+
+    sampler = replace(
+        DEFAULT_SETTINGS,
+        chains=settings.chains,
+        warmup=settings.warmup,
+        draws=settings.draws,
+        seed=settings.seed,
+        progress=False,
+        chain_method="parallel",
+    )
+    before = sum(clock.seconds.values())
+    start = time.perf_counter()
+    kernel = nuts_kernel(B.birthdays_model, model_args, sampler, num_points=len(model_args[-1]))
+    samples, stats = run_chains(kernel, model_args, sampler)
+    samples = jax.block_until_ready(samples)
+    wall = time.perf_counter() - start
+    return samples, stats, wall, sum(clock.seconds.values()) - before
+
+
+def summarise(name, stats, samples, wall, compile_s, y, loo_values, residuals):
     import arviz as az
     import numpy as np
 
     from bayes_rbfn import loo_r2
     from bayes_rbfn.models.birthdays import HYPERPARAMETERS
 
-    stats = mcmc.get_extra_fields(group_by_chain=True)
     posterior = {k: np.asarray(samples[k]) for k in HYPERPARAMETERS}
     idata = az.from_dict(posterior=posterior, log_likelihood={"y": loo_values})
     ess = az.ess(idata.posterior, method="bulk")
@@ -216,7 +245,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     jax = _setup(args.chains)
     import numpy as np
-    import pandas as pd
 
     sys.path.insert(0, str(HERE))
     from ess_vs_numpyro import CompileClock
@@ -225,11 +253,8 @@ def main(argv=None) -> int:
     from bayes_rbfn.models import birthdays as B
 
     clock = CompileClock(jax)
-    frame = pd.read_csv(B.DATA)
-    data = B.birthdays_inputs(frame)
-    X, y = data["X"], data["y"]
-    period = B.YEAR / data["t_sd"]
-    Z = B.centres(X, data["t_sd"])
+    data = B.load_birthdays()
+    X, y, period = data["X"], data["y"], data["period"]
     config = {
         "L": 1.5 * float(np.max(np.abs(X[:, 0]))),
         "w0": 2 * np.pi / period,
@@ -240,25 +265,27 @@ def main(argv=None) -> int:
     basis_error = check_periodic_basis(config["w0"], config["m_year"])
     rows = []
     if args.only in (None, "bayes-rbfn"):
-        mcmc, samples, wall, compile_s = run(B.birthdays_model, (X, Z, period, y), args, clock, jax)
+        model_args = data["model_args"]
+        samples, stats, wall, compile_s = run_package(model_args, args, clock, jax)
         import arviz as az
 
         idata = az.from_dict(posterior={k: np.asarray(v) for k, v in samples.items()})
-        model_args = (X, Z, period, y)
         loo_values = replayed_loo(idata, B.birthdays_model, model_args, {}, batch_size=16)
         residuals = replayed_loo(
             idata, B.birthdays_model, model_args, {}, batch_size=16, statistic="residual"
         )
-        rows.append(summarise("bayes-rbfn", mcmc, samples, wall, compile_s, y, loo_values, residuals))
+        rows.append(summarise("bayes-rbfn", stats, samples, wall, compile_s, y, loo_values, residuals))
+        rows[-1]["sampler"] = "bayes_rbfn: median start, dense mass, depth ≤ 8"
         print(rows[-1], flush=True)
     if args.only in (None, "hsgp"):
-        mcmc, samples, wall, compile_s = run(hsgp_model, (X, config, y), args, clock, jax)
+        samples, stats, wall, compile_s = run(hsgp_model, (X, config, y), args, clock, jax)
         noise = np.asarray(samples["noise"])[..., None]
         f = np.asarray(samples["f"])
         from scipy.stats import norm
 
         loo_values = norm.logpdf(y, f, noise)
-        rows.append(summarise("hsgp", mcmc, samples, wall, compile_s, y, loo_values, y - f))
+        rows.append(summarise("hsgp", stats, samples, wall, compile_s, y, loo_values, y - f))
+        rows[-1]["sampler"] = "numpyro: median start, diagonal mass, depth ≤ 10"
         print(rows[-1], flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     record = {
@@ -275,13 +302,14 @@ def main(argv=None) -> int:
         f"Birthdays, {record['date']}, {record['machine']}; "
         f"{args.chains} chains × ({args.warmup} + {args.draws})",
         "",
-        "| model | wall s | compile s | min bulk ESS | ESS/s | divergences | max R-hat | steps/draw "
-        "| ELPD (SE) | k̂ > 0.7 | LOO-R² |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | sampler | wall s | compile s | min bulk ESS | ESS/s | divergences | max R-hat "
+        "| steps/draw | ELPD (SE) | k̂ > 0.7 | LOO-R² |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['model']} | {r['wall_s']:.0f} | {r['compile_s']:.0f} | {r['min_bulk_ess']:.0f} | "
+            f"| {r['model']} | {r['sampler']} | {r['wall_s']:.0f} | {r['compile_s']:.0f} | "
+            f"{r['min_bulk_ess']:.0f} | "
             f"{r['ess_per_s']:.2f} | {r['divergences']} | {r['max_rhat']:.3f} | {r['mean_steps']:.0f} | "
             f"{r['elpd_loo']:.0f} ({r['elpd_se']:.0f}) | {r['pareto_k_over_0_7']} | {r['loo_r2']:.3f} |"
         )

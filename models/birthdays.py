@@ -29,7 +29,8 @@ data point, so ``SparseGP`` takes them as group effects (``groups=`` the day of 
 
 What NUTS samples is what enters non-linearly: the eight hyperparameters and the week trend g (an RBF
 network in weight space, :func:`~bayes_rbfn.models.layers.rbfn`, whose exp multiplies the weekday
-columns): 16 values.
+columns): 16 values. Thousands of days pin g down, so the layer is centred: NUTS samples g's values at
+its 8 centres (whitened weights would have to move with the week trend's amplitude and lengthscale).
 
 References
 ----------
@@ -64,6 +65,7 @@ __all__ = [
     "birthdays_model",
     "centres",
     "holiday_indicators",
+    "load_birthdays",
     "sample_hyperparameters",
 ]
 
@@ -78,6 +80,9 @@ DATA = importlib.resources.files("bayes_rbfn.data") / "birthdays" / "births_usa_
 
 #: Days per year, the period of the yearly component.
 YEAR = 365.25
+
+#: The day-of-year effects: one per day of a leap year.
+DAYS_OF_YEAR = 366
 
 
 def holiday_indicators(dates: pd.Series) -> dict[str, np.ndarray]:
@@ -165,6 +170,23 @@ def centres(X: Any, t_sd: float, *, num_trend: int = 20, num_year: int = 30, num
     }
 
 
+def load_birthdays(years: int | None = None) -> dict[str, Any]:
+    """The packaged data as the model takes them: :func:`birthdays_inputs` of the whole record, or of its
+    last ``years`` years, with the centres ``Z`` (:func:`centres`) and ``period`` (one year in
+    standardised t); ``model_args`` is ``(X, Z, period, y)``."""
+    frame = pd.read_csv(DATA)
+    if years is not None:
+        last = int(frame["year"].max())
+        if not 1 <= years <= last - int(frame["year"].min()) + 1:
+            raise ValueError(f"years: expected 1 … {last - int(frame['year'].min()) + 1}, got {years!r}")
+        frame = frame[frame["year"] > last - years].reset_index(drop=True)
+    data = birthdays_inputs(frame)
+    data["period"] = YEAR / data["t_sd"]
+    data["Z"] = centres(data["X"], data["t_sd"])
+    data["model_args"] = (data["X"], data["Z"], data["period"], data["y"])
+    return data
+
+
 def birthdays_model(X: Any, Z: dict, period: float, y: Any = None) -> None:
     """The Birthdays model (module docstring) as a NumPyro model.
 
@@ -175,16 +197,16 @@ def birthdays_model(X: Any, Z: dict, period: float, y: Any = None) -> None:
 
     Sites: the hyperparameters (``trend_lengthscale``, ``trend_amplitude``, ``year_lengthscale``,
     ``year_amplitude``, ``week_lengthscale``, ``week_amplitude``, ``doy_scale``, ``noise``), the week
-    trend's whitened weights ``week_trend_v`` and values ``week_trend`` (g), and ``y``, whose
+    trend's values at its centres ``week_trend_u`` and at the days ``week_trend`` (g), and ``y``, whose
     ``SparseGP`` integrates out the day-of-year effects with the components (their posterior:
-    ``group_moments``). X must be concrete (the day-of-year codes fix the number of groups).
+    ``group_moments``). X may be traced (the model runs under ``jit`` with the data as arguments).
     """
-    day_of_year = np.asarray(X)[:, 2].astype(np.int64)
     X = jnp.asarray(X)
+    day_of_year = X[:, 2].astype(jnp.int32)
     t = X[:, :1]
     h = sample_hyperparameters()
     week = SquaredExponential(h["week_lengthscale"], h["week_amplitude"] ** 2)
-    g = rbfn("week_trend", week, t, jnp.asarray(Z["week"])[:, None])
+    g = rbfn("week_trend", week, t, jnp.asarray(Z["week"])[:, None], centred=True)
     weekday = jnp.exp(g)[:, None] * (X[:, 1:2] == jnp.arange(7.0)[None, :])
 
     inputs = jnp.concatenate([t, weekday, X[:, 3:6]], axis=1)  # t | 7 weekday columns | 3 holidays
@@ -200,5 +222,13 @@ def birthdays_model(X: Any, Z: dict, period: float, y: Any = None) -> None:
         },
         n_inputs=11,
     )
-    doy = SparseGP(kernel, inputs, Z_all, h["noise"], groups=day_of_year, group_scale=h["doy_scale"])
+    doy = SparseGP(
+        kernel,
+        inputs,
+        Z_all,
+        h["noise"],
+        groups=day_of_year,
+        group_scale=h["doy_scale"],
+        num_groups=DAYS_OF_YEAR,
+    )
     numpyro.sample("y", doy, obs=y)

@@ -604,6 +604,8 @@ class SparseGP(_GaussianProcessMarginal):
             (:mod:`bayes_rbfn.gp.effects`). ``"sor"`` and ``"dtc"``, one member; :meth:`moments` is then
             the GP part's f* alone, :meth:`group_moments` the effects' posterior, and
             :meth:`sample_replicates` draws f + β_{g(i)} + ε' given y.
+        num_groups: G; needed where ``groups`` is traced (under ``jit``), else at least the codes' largest
+            value plus one (groups without points then keep their prior).
     """
 
     pytree_data_fields = ("Z", "groups", "group_scale")
@@ -627,6 +629,7 @@ class SparseGP(_GaussianProcessMarginal):
         precision: str = "float64",
         groups: Any = None,
         group_scale: Any = None,
+        num_groups: int | None = None,
         validate_args: bool | None = None,
     ) -> None:
         if approx not in APPROXIMATIONS:
@@ -640,12 +643,14 @@ class SparseGP(_GaussianProcessMarginal):
         self.fast, self.chunk_size, self.mesh = bool(fast), chunk_size, mesh
         self.precision = parallel.check_precision(precision)
         self._init_common(kernel, X, noise, mean, kernel_batch_shape, validate_args, Z=Z)
-        self._init_groups(groups, group_scale)
+        self._init_groups(groups, group_scale, num_groups)
 
-    def _init_groups(self, groups: Any, group_scale: Any) -> None:
+    def _init_groups(self, groups: Any, group_scale: Any, num_groups: int | None) -> None:
         """Check and keep the group effects' codes, their number G and τ (all None without effects)."""
         self.groups, self.group_scale, self.num_groups = None, None, None
         if groups is None and group_scale is None:
+            if num_groups is not None:
+                raise ValueError("num_groups: given without groups= and group_scale=")
             return
         if groups is None or group_scale is None:
             raise ValueError("groups, group_scale: group effects need both the codes and their scale τ")
@@ -657,7 +662,9 @@ class SparseGP(_GaussianProcessMarginal):
             raise ValueError(
                 f"groups: group effects take one member, not a batch of shape {self.batch_shape}"
             )
-        self.groups, self.num_groups = effects.check_groups(groups, self.event_shape[0])
+        self.groups, self.num_groups = effects.check_groups(
+            groups, self.event_shape[0], num_groups=num_groups
+        )
         if jnp.ndim(group_scale) != 0:
             raise ValueError(f"group_scale: expected a scalar τ, got shape {tuple(jnp.shape(group_scale))}")
         if is_concrete(group_scale) and not (np.isfinite(group_scale) and float(group_scale) >= 0):

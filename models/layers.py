@@ -20,6 +20,15 @@ The observation model is the user's::
 :func:`predict_rbfn` maps posterior draws of α and the hyperparameters to f* = m(x*) + K_*u α at new inputs;
 :func:`bayes_rbfn.infer.predictive.predict_model` does the same from the model itself, replaying it at each
 draw inside :func:`recording_layers`, where every layer call also records its :class:`LayerRecord`.
+
+Where the data pin f down (thousands of points on a smooth layer), the whitened weights have to move with
+every hyperparameter, a funnel for NUTS; ``centred=True`` samples the network's values at its centres
+instead, u = K_uu α ~ N(0, K_uu) (site ``f_u``), which the data then fix whatever the hyperparameters [1].
+
+References
+----------
+[1] Papaspiliopoulos, O., Roberts, G. O. & Sköld, M. (2007). A general framework for the parametrization
+    of hierarchical models. Statistical Science 22(1), 59–73.
 """
 
 from __future__ import annotations
@@ -115,9 +124,29 @@ class _WhitenedWeights(SortedPytreeFields, dist.Normal):
         return jnp.where(self.factorised, super().log_prob(value), -jnp.inf)
 
 
+class _CentredValues(SortedPytreeFields, dist.MultivariateNormal):
+    """N(0, L Lᵀ) for the network's values u at its centres, -inf wherever ``factorised`` is False."""
+
+    pytree_data_fields = ("factorised",)
+
+    def __init__(self, Luu: jax.Array, factorised: jax.Array) -> None:
+        self.factorised = factorised
+        super().__init__(jnp.zeros(Luu.shape[-1], Luu.dtype), scale_tril=Luu)
+
+    def log_prob(self, value: jax.Array) -> jax.Array:
+        return jnp.where(self.factorised, super().log_prob(value), -jnp.inf)
+
+
 @linalg.full_precision
 def rbfn(
-    name: str, kernel: Kernel, X: Any, Z: Any, *, mean: Any = 0.0, jitter: float | None = None
+    name: str,
+    kernel: Kernel,
+    X: Any,
+    Z: Any,
+    *,
+    mean: Any = 0.0,
+    jitter: float | None = None,
+    centred: bool = False,
 ) -> jax.Array:
     """An RBF network with the SoR prior on its weights, as sites of the enclosing NumPyro model.
 
@@ -128,6 +157,9 @@ def rbfn(
         mean: m(x): a number, an (N,) array or a callable of X.
         jitter: relative jitter on K_uu (default: the package's policy,
         :func:`bayes_rbfn.gp.linalg.cholesky`).
+        centred: sample the network's values at its centres, u = K_uu α ~ N(0, K_uu) (site
+        ``{name}_u``, α = K_uu⁻¹ u) instead of the whitened weights: the better geometry where the data
+        pin f down, so that whitened weights would have to move with every hyperparameter [1].
 
     Returns:
         f = m + K_fu α, shape (N,), also recorded as the deterministic site ``name``; where K_uu cannot be
@@ -145,8 +177,13 @@ def rbfn(
     # rejects it), and α = 0 stands in so that the likelihood is handed a finite f, not NaN.
     factorised = jnp.all(jnp.isfinite(Luu))
     Luu = jnp.where(factorised, Luu, jnp.eye(M, dtype=Luu.dtype))
-    v = numpyro.sample(f"{name}_v", _WhitenedWeights(jnp.zeros(M, X.dtype), factorised).to_event(1))
-    alpha = numpyro.deterministic(f"{name}_alpha", jnp.where(factorised, linalg.solve_upper(Luu, v), 0.0))
+    if centred:
+        u = numpyro.sample(f"{name}_u", _CentredValues(Luu, factorised))
+        weights = linalg.cho_solve(Luu, u)
+    else:
+        v = numpyro.sample(f"{name}_v", _WhitenedWeights(jnp.zeros(M, X.dtype), factorised).to_event(1))
+        weights = linalg.solve_upper(Luu, v)
+    alpha = numpyro.deterministic(f"{name}_alpha", jnp.where(factorised, weights, 0.0))
     records = _RECORDS.get()
     if records is not None:
         records[name] = LayerRecord(kernel=kernel, Z=Z, alpha=alpha, mean=mean)

@@ -16,7 +16,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import Any, TextIO
 
 from bayes_rbfn import runtime
 
@@ -43,6 +43,7 @@ __all__ = [
     "jax_backend_started",
     "package_version",
     "quiet_libraries",
+    "summary_table",
 ]
 
 
@@ -253,3 +254,30 @@ def build_parser() -> argparse.ArgumentParser:
         )
         cmd.arguments(sub)
     return parser
+
+
+def summary_table(summary: Any, limit: int = 20) -> tuple[str, int]:
+    """The hyperparameter summary as text (at most ``limit`` rows: population-level ones first), and the
+    number of rows left out."""
+    import numpy as np
+
+    columns = [
+        c for c in ("mean", "sd", "hdi_3%", "hdi_97%", "ess_bulk", "ess_tail", "r_hat") if c in summary
+    ]
+    table = summary[columns]
+    hidden = 0
+    if len(table) > limit:
+        population = [i for i in table.index if "[" not in str(i)]
+        shown = population[:limit] if population else list(table.index[:limit])
+        hidden = len(table) - len(shown)
+        table = table.loc[shown]
+
+    def fmt(column: str) -> Callable[[float], str]:
+        if column.startswith("ess"):
+            return lambda v: "nan" if not np.isfinite(v) else f"{v:.0f}"
+        if column == "r_hat":
+            return lambda v: "nan" if not np.isfinite(v) else f"{v:.3f}"
+        return lambda v: f"{v:.4g}"
+
+    text = table.to_string(formatters={c: fmt(c) for c in columns})
+    return text, hidden

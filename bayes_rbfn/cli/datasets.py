@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from bayes_rbfn.cli.common import PROG, Console, command
-from bayes_rbfn.io.datasets import list_datasets
+from bayes_rbfn.cli.options import dataset_descriptions
 from bayes_rbfn.workflows.planning import DEFAULT_DATASET
 
 __all__ = []
@@ -23,7 +23,7 @@ def _datasets_arguments(parser: argparse.ArgumentParser) -> None:
 )
 def _run_datasets(args: argparse.Namespace, console: Console) -> int:
     del args
-    listed = list_datasets()
+    listed = dataset_descriptions()
     width = max(map(len, listed))
     lines = [f"Packaged data sets (use one with: {PROG} fit --dataset NAME):"]
     for name, description in listed.items():

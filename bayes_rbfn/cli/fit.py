@@ -32,10 +32,12 @@ from bayes_rbfn.cli.common import (
     configure_jax,
     duration,
     quiet_libraries,
+    summary_table,
 )
 from bayes_rbfn.cli.options import (
     DEFAULT_CHECKPOINT_EVERY,
     data_arguments,
+    dataset_descriptions,
     fraction,
     kernel_arguments,
     likelihood_names,
@@ -65,7 +67,7 @@ from bayes_rbfn.defaults import (
     MAX_NUM_INDUCING,
     SEVERAL_INPUTS_MODEL,
 )
-from bayes_rbfn.io.datasets import Dataset, list_datasets
+from bayes_rbfn.io.datasets import Dataset
 from bayes_rbfn.io.reader import InputError
 from bayes_rbfn.workflows import planning
 from bayes_rbfn.workflows.planning import (
@@ -100,7 +102,7 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
         + "\n\nlikelihoods (--likelihood; all but gaussian take --model rbfn only):\n"
         + "\n".join(f"  {name:<{width}}  {lik.description}" for name, lik in LIKELIHOODS.items())
         + "\n\ndata sets (--dataset):\n"
-        + "\n".join(f"  {name:<{width}}  {text}" for name, text in list_datasets().items())
+        + "\n".join(f"  {name:<{width}}  {text}" for name, text in dataset_descriptions().items())
         + "\n\noutput folder (--out):\n"
         "  inference.nc     ArviZ InferenceData (netCDF): posterior, posterior_predictive (replicates of\n"
         "                   y), sample_stats, observed_data, constant_data, log_likelihood (LOO\n"
@@ -118,6 +120,12 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
     data_arguments(parser, DEFAULT_DATASET, grouped=True)
+    parser.add_argument(
+        "--years",
+        type=positive_int,
+        metavar="N",
+        help="--dataset birthdays: fit the last N years of the record only (default: all 20)",
+    )
 
     model = parser.add_argument_group("model")
     model.add_argument(
@@ -302,6 +310,8 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
     from bayes_rbfn.io.output import default_output_dir, prepare_output_dir
 
     del console
+    if args.years is not None:
+        raise UserError("--years: only --dataset birthdays takes it")
     data, source = load_data(args)
     try:
         planning.check_data_scales(data)
@@ -435,6 +445,7 @@ def _load_test(args: argparse.Namespace, data: Dataset, likelihood: Any, notes: 
     ),
 )
 def _run_fit(args: argparse.Namespace, console: Console) -> int:
+    from bayes_rbfn.cli import birthdays
     from bayes_rbfn.io.output import output_lock, remove_leftovers
 
     start = time.perf_counter()
@@ -443,8 +454,9 @@ def _run_fit(args: argparse.Namespace, console: Console) -> int:
         folder = args.resume
         partial, args = resume_args(args)
     configure_jax()
+    job = birthdays if birthdays.wanted(args) else None
     with quiet_libraries():
-        plan = _plan_fit(args, console)
+        plan = _plan_fit(args, console) if job is None else job.plan(args)
         # Held for the whole run: a second run on the same --out is refused at once, whatever it asks for.
         with output_lock(plan.out):
             if resuming:
@@ -456,21 +468,27 @@ def _run_fit(args: argparse.Namespace, console: Console) -> int:
                 for note in start_partial(partial, args, plan.out):
                     console.say(f"  note: {note}")
             try:
-                _announce(plan, console)
+                if job is None:
+                    _announce(plan, console)
+                else:
+                    console.say(f"Fitting the Birthdays model to the {plan.source} with NUTS ...")
                 if resuming:
                     console.say(f"Resuming from {partial} ...")
                 t_sample = time.perf_counter()
-                idata = _sample(plan)
+                idata = _sample(plan) if job is None else job.sample(plan)
                 sampling_seconds = time.perf_counter() - t_sample
                 console.say("Summarising: diagnostics, PSIS-LOO, predictive intervals ...")
-                results = _summarise(plan, idata)
+                results = _summarise(plan, idata) if job is None else job.summarise(plan, idata)
                 idata.posterior.attrs["bayes_rbfn_command"] = command_line(args)
                 idata.posterior.attrs["bayes_rbfn_data"] = plan.source
-                if plan.test is not None:  # beside X_pred, so the scores can be recomputed from the file
-                    import xarray as xr
+                if job is not None:
+                    job.write(plan, args, idata, results, console, start, sampling_seconds)
+                else:
+                    if plan.test is not None:  # beside X_pred, so the scores can be recomputed from the file
+                        import xarray as xr
 
-                    idata.predictions_constant_data["y_test"] = xr.DataArray(plan.test.y, dims=("point",))
-                _write_outputs(plan, args, idata, results, console, start, sampling_seconds)
+                        idata.predictions_constant_data["y_test"] = xr.DataArray(plan.test.y, dims=("point",))
+                    _write_outputs(plan, args, idata, results, console, start, sampling_seconds)
             except KeyboardInterrupt:
                 raise interrupted(partial, plan.out, resuming) from None
             except BaseException as err:
@@ -741,30 +759,6 @@ def _draw_plots(folder: Path, plan: FitPlan, idata: Any, results: FitResults) ->
     return written
 
 
-def _summary_table(summary: Any, limit: int = 20) -> tuple[str, int]:
-    """The hyperparameter summary as text (at most ``limit`` rows: population-level ones first)."""
-    columns = [
-        c for c in ("mean", "sd", "hdi_3%", "hdi_97%", "ess_bulk", "ess_tail", "r_hat") if c in summary
-    ]
-    table = summary[columns]
-    hidden = 0
-    if len(table) > limit:
-        population = [i for i in table.index if "[" not in str(i)]
-        shown = population[:limit] if population else list(table.index[:limit])
-        hidden = len(table) - len(shown)
-        table = table.loc[shown]
-
-    def fmt(column: str) -> Callable[[float], str]:
-        if column.startswith("ess"):
-            return lambda v: "nan" if not np.isfinite(v) else f"{v:.0f}"
-        if column == "r_hat":
-            return lambda v: "nan" if not np.isfinite(v) else f"{v:.3f}"
-        return lambda v: f"{v:.4g}"
-
-    text = table.to_string(formatters={c: fmt(c) for c in columns})
-    return text, hidden
-
-
 def _report(
     plan: FitPlan,
     results: FitResults,
@@ -792,7 +786,7 @@ def _report(
         "",
         "Hyperparameters (posterior; units of the data):",
     ]
-    table, hidden = _summary_table(results.summary)
+    table, hidden = summary_table(results.summary)
     lines += ["  " + row for row in table.splitlines()]
     if hidden:
         lines.append(f"  ... and {hidden} per-group rows: see summary.csv")

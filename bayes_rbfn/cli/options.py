@@ -33,6 +33,7 @@ __all__ = [
     "DEFAULT_TARGET_ACCEPT",
     "DEFAULT_WARMUP",
     "data_arguments",
+    "dataset_descriptions",
     "dataset_names",
     "fraction",
     "kernel_arguments",
@@ -153,8 +154,16 @@ def kernel_names() -> list[str]:
     return list(FAMILIES)
 
 
+def dataset_descriptions() -> dict[str, str]:
+    """The packaged data sets with their one-line descriptions, and the collection's case studies that
+    bring their own model (``birthdays``)."""
+    from bayes_rbfn.cli import birthdays
+
+    return {**list_datasets(), birthdays.NAME: birthdays.DESCRIPTION}
+
+
 def dataset_names() -> list[str]:
-    return list(list_datasets())
+    return list(dataset_descriptions())
 
 
 def data_arguments(parser: argparse.ArgumentParser, default_dataset: str, grouped: bool) -> None:
@@ -242,7 +251,8 @@ def sampler_arguments(parser: argparse.ArgumentParser) -> None:
         type=tree_depth,
         metavar="D",
         help=f"NUTS takes at most 2^D − 1 steps per draw, D ≤ {MAX_TREE_DEPTH} "
-        f"(default {DEFAULT_MAX_TREE_DEPTH}; {DATASET_TREE_DEPTHS['co2']} for the co2 data set)",
+        f"(default {DEFAULT_MAX_TREE_DEPTH}; {DATASET_TREE_DEPTHS['co2']} for the co2 data set, "
+        f"{DATASET_TREE_DEPTHS['birthdays']} for birthdays)",
     )
     sampler.add_argument(
         "--dense-mass",
@@ -311,6 +321,8 @@ def load_data(args: argparse.Namespace, default_dataset: str = DEFAULT_DATASET) 
             f"({PROG} fit DATA.csv --x COL --y COL), or drop {'/'.join(given)} to fit a packaged data set"
         )
     name = args.dataset or default_dataset
+    if name == "birthdays":
+        raise UserError(f"--dataset birthdays: '{PROG} fit --dataset birthdays' fits it, with its own model")
     options: dict[str, Any] = {}
     if max_groups is not None and name == "fertility":
         options["max_groups"] = max_groups

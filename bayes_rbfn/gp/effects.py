@@ -49,6 +49,7 @@ import numpy as np
 from bayes_rbfn.gp import linalg, parallel
 from bayes_rbfn.gp.conditional import Gaussian
 from bayes_rbfn.gp.kernels import Kernel
+from bayes_rbfn.gp.validation import check_positive_int, is_concrete
 
 __all__ = ["GroupTerms", "check_groups", "effect_moments", "factor", "group_terms", "loo", "replicates"]
 
@@ -68,20 +69,39 @@ class GroupTerms(NamedTuple):
     Q: jax.Array
 
 
-def check_groups(codes: Any, n: int, name: str = "groups") -> tuple[jax.Array, int]:
-    """(codes as int32, G): concrete integer codes 0 … G−1 of shape (n,), else a ``ValueError``."""
-    try:
-        values = np.asarray(codes)
-    except Exception as err:  # a traced array cannot say how many groups there are
-        kind = type(codes).__name__
-        raise ValueError(f"{name}: expected concrete integer group codes, got {kind}") from err
+def check_groups(
+    codes: Any, n: int, name: str = "groups", num_groups: int | None = None
+) -> tuple[jax.Array, int]:
+    """(codes as int32, G) for integer codes 0 … G−1 of shape (n,), else a ``ValueError``.
+
+    Concrete codes are checked and G is their largest value plus one, or ``num_groups`` where given (at
+    least that). Traced codes (under ``jit``) need ``num_groups``: their values cannot be checked, and a
+    code outside 0 … G−1 is dropped from the group sums.
+    """
+    if num_groups is not None:
+        num_groups = check_positive_int(num_groups, "num_groups")
+    if not is_concrete(codes):
+        if num_groups is None:
+            kind = type(codes).__name__
+            raise ValueError(
+                f"{name}: traced group codes ({kind}) need num_groups= (their number cannot be read)"
+            )
+        if jnp.shape(codes) != (n,):
+            raise ValueError(f"{name}: expected shape ({n},), one code per row of X, got {jnp.shape(codes)}")
+        return jnp.asarray(codes).astype(jnp.int32), num_groups
+    values = np.asarray(codes)
     if values.shape != (n,):
         raise ValueError(f"{name}: expected shape ({n},), one code per row of X, got {values.shape}")
     if values.dtype.kind == "f" and np.all(np.isfinite(values)) and np.all(values == np.round(values)):
         values = values.astype(np.int64)
     if values.dtype.kind not in "iu" or (n and values.min() < 0):
         raise ValueError(f"{name}: expected integer codes ≥ 0 (0 … G−1), got dtype {values.dtype}")
-    return jnp.asarray(values, dtype=jnp.int32), int(values.max()) + 1 if n else 0
+    count = int(values.max()) + 1 if n else 0
+    if num_groups is not None:
+        if count > num_groups:
+            raise ValueError(f"{name}: code {count - 1} is out of range for num_groups={num_groups}")
+        count = num_groups
+    return jnp.asarray(values, dtype=jnp.int32), count
 
 
 def _group_sum(values: jax.Array, codes: jax.Array, num_groups: int) -> jax.Array:

@@ -50,7 +50,7 @@ from bayes_rbfn.infer.failures import (
 )
 from bayes_rbfn.infer.predictive import draw_work, model_moments
 from bayes_rbfn.infer.programs import by_program
-from bayes_rbfn.infer.sampler import SamplerSettings, nuts_kernel, resolve_init, run_chains
+from bayes_rbfn.infer.sampler import SamplerSettings, nuts_kernel, resolve_init, run_chains, sample_stats
 from bayes_rbfn.infer.schema import carry, kernel_kind, posterior_params, rebuild
 from bayes_rbfn.models import ModelConfig, ModelSpec, get_model, model_specs
 from bayes_rbfn.models.distributions import deferred_loo
@@ -980,20 +980,11 @@ def _to_inference_data(
         dims["obs_group"] = ["obs"]
         dims["pred_group"] = ["point"]
 
-    sample_stats = {
-        "diverging": np.asarray(stats["diverging"]),
-        "lp": -np.asarray(stats["potential_energy"]),
-        "acceptance_rate": np.asarray(stats["accept_prob"]),
-        "n_steps": np.asarray(stats["num_steps"]),
-        "tree_depth": np.floor(np.log2(np.maximum(np.asarray(stats["num_steps"]), 1))).astype(int),
-        "energy": np.asarray(stats["energy"]),
-        "step_size": np.asarray(stats["adapt_state.step_size"]),
-    }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         idata = az.from_dict(
             posterior=posterior,
-            sample_stats=sample_stats,
+            sample_stats=sample_stats(stats),
             log_likelihood=None if loglik is None else {"y": loglik},
             observed_data={"y": np.asarray(y)},
             constant_data=constant,

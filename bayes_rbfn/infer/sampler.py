@@ -57,6 +57,7 @@ __all__ = [
     "resolve_dense_mass",
     "resolve_init",
     "run_chains",
+    "sample_stats",
     "sampled_size",
     "window_estimates_full_rank",
 ]
@@ -582,6 +583,22 @@ def run_chains(
     with single_threaded_blas():
         collected = _run(batched_init, batched_advance, keys, model_args, settings, store, on_chunk)
     return _postprocess(kernel, model_args, collected)
+
+
+def sample_stats(stats: dict) -> dict[str, np.ndarray]:
+    """:func:`run_chains`'s statistics under ArviZ's names for the ``sample_stats`` group: ``diverging``,
+    ``lp`` (minus the potential energy), ``acceptance_rate``, ``n_steps``, ``tree_depth``, ``energy``,
+    ``step_size``; each (chains, draws)."""
+    steps = np.asarray(stats["num_steps"])
+    return {
+        "diverging": np.asarray(stats["diverging"]),
+        "lp": -np.asarray(stats["potential_energy"]),
+        "acceptance_rate": np.asarray(stats["accept_prob"]),
+        "n_steps": steps,
+        "tree_depth": np.floor(np.log2(np.maximum(steps, 1))).astype(int),
+        "energy": np.asarray(stats["energy"]),
+        "step_size": np.asarray(stats["adapt_state.step_size"]),
+    }
 
 
 def _stack(trees: list) -> Any:

@@ -4,6 +4,7 @@ calendar and a dense SciPy Gaussian.
 * the floating holidays of 1988 fall on the dates of the calendar (Memorial Day 30 May, Labor Day
   5 September, Thanksgiving 24 November, each with the day after), twice a year for every year;
 * the inputs: the weekday of 1 January 1969 (a Wednesday), day-of-year codes, standardised t and y;
+* the week trend g from its values at the centres, K_fu K_uu⁻¹ u;
 * the observed site's log density for given values of every sampled site equals SciPy's multivariate
   normal with the dense covariance of the components (Nyström blocks of the trend and the year, the
   weekday and holiday designs, the intercept), the day-of-year effects' τ² H Hᵀ and σ²I.
@@ -74,13 +75,17 @@ def test_log_density_matches_dense_gaussian(frame):
         "week_amplitude": 0.3,
         "doy_scale": 0.2,
         "noise": 0.5,
-        "week_trend_v": rng.normal(size=4),
+        "week_trend_u": 0.3 * rng.normal(size=4),
     }
     trace = handlers.trace(handlers.substitute(B.birthdays_model, data=values)).get_trace(X, Z, period, y)
     got = trace["y"]["fn"].log_prob(jnp.asarray(y))
 
     t = X[:, 0]
-    g = np.asarray(trace["week_trend"]["value"])
+    # The centred week trend: g = K_fu K_uu⁻¹ u (jitter 1e-8 × the mean diagonal).
+    week = {"kind": "se", "lengthscale": 0.8, "variance": 0.09}
+    Kuu_week = ref.gram(week, Z["week"]) + 1e-8 * 0.09 * np.eye(4)
+    g = ref.gram(week, t, Z["week"]) @ np.linalg.solve(Kuu_week, values["week_trend_u"])
+    assert_close(trace["week_trend"]["value"], g, rtol=1e-9)
     onehot_week = np.exp(g)[:, None] * (X[:, 1:2] == np.arange(7.0))
     holidays = X[:, 3:6]
     se = {"kind": "se", "lengthscale": 0.7, "variance": 0.81}

@@ -74,6 +74,22 @@ def test_log_density_matches_dense_gaussian(approx, noise):
     assert_close(d.log_prob(jnp.asarray(y)), ref.logpdf(y - 0.3, C), rtol=1e-9)
 
 
+def test_traced_codes_with_num_groups_give_the_dense_log_density():
+    """Codes traced under ``jit`` (given ``num_groups``) and extra groups without points (which keep their
+    prior and leave the marginal unchanged) give the dense log density."""
+    X, codes, y, Z = _data()
+    C, _, _ = _dense(X, codes, Z, NOISE**2)
+    expected = scipy.stats.multivariate_normal(np.zeros(N), C).logpdf(y)
+
+    def log_prob(c, num_groups):
+        return br.SparseGP(_kernel(), X, Z, NOISE, groups=c, group_scale=TAU, num_groups=num_groups).log_prob(
+            y
+        )
+
+    assert_close(jax.jit(log_prob, static_argnums=1)(codes, G), expected)
+    assert_close(log_prob(codes, G + 3), expected)
+
+
 def test_effects_equal_one_hot_woodbury_columns_of_an_additive_kernel():
     """The Schur-complement route and the (M + G)-column Woodbury pass give one density."""
     X, codes, y, Z = _data()
@@ -205,8 +221,13 @@ def test_bad_arguments_name_themselves():
         d.expand((3,))
     with pytest.raises(ValueError, match="groups: group_moments needs"):
         br.SparseGP(kernel, X, Z, NOISE).group_moments(jnp.asarray(y))
-    with pytest.raises(ValueError, match="groups: expected concrete"):
+    with pytest.raises(ValueError, match=r"groups: traced group codes .* need num_groups"):
         jax.jit(lambda c: br.SparseGP(kernel, X, Z, NOISE, groups=c, group_scale=TAU).log_prob(y))(codes)
+    for num_groups, message in [(0, "num_groups: must be a positive"), (G - 1, "groups: code 4 is out")]:
+        with pytest.raises(ValueError, match=message):
+            br.SparseGP(kernel, X, Z, NOISE, groups=codes, group_scale=TAU, num_groups=num_groups)
+    with pytest.raises(ValueError, match="num_groups: given without groups"):
+        br.SparseGP(kernel, X, Z, NOISE, num_groups=G)
 
     def plated():
         with numpyro.plate("series", 2):

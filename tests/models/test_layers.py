@@ -64,6 +64,28 @@ def test_sites_are_the_whitened_weights_and_their_image(mean):
     assert_close(trace["f"]["value"], expected_f)
 
 
+def test_centred_sites_are_the_values_at_the_centres():
+    """centred=True: the site u = K_uu α has SciPy's N(0, K_uu) log density, α = K_uu⁻¹ u and f = K_fu α,
+    so that f at the centres is u itself."""
+    u = np.array([0.3, -1.2, 0.8])
+    layer = lambda: br.rbfn("f", KERNEL, X, Z, centred=True)  # noqa: E731
+    value, trace = log_density(layer, (), {}, {"f_u": u})
+    Kfu, Kuu = _dense()
+    alpha = np.linalg.solve(Kuu, u)
+    assert "f_v" not in trace and trace["f_u"]["type"] == "sample"
+    assert_close(float(value), scipy.stats.multivariate_normal(np.zeros(3), Kuu).logpdf(u))
+    assert_close(trace["f_alpha"]["value"], alpha)
+    assert_close(trace["f"]["value"], Kfu @ alpha)
+    at_centres = handlers.substitute(lambda: br.rbfn("f", KERNEL, Z, Z, centred=True), data={"f_u": u})
+    assert_close(handlers.trace(at_centres).get_trace()["f"]["value"], u, rtol=1e-6)
+
+
+def test_centred_layer_with_unfactorisable_kuu_gives_minus_inf():
+    layer = lambda: br.rbfn("f", KERNEL, X, Z_COLLIDING, jitter=0.0, centred=True)  # noqa: E731
+    value, trace = log_density(layer, (), {}, {"f_u": np.array([0.5, -0.4, 1.3])})
+    assert float(value) == -np.inf and np.all(np.isfinite(trace["f"]["value"]))
+
+
 @pytest.mark.stochastic
 def test_prior_covariance_of_f_is_the_sor_covariance():
     """20,000 prior draws of f: mean 0 and covariance Q_ff within 5 SE per entry (35 checks)."""

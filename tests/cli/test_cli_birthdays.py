@@ -1,0 +1,87 @@
+"""``bayes-rbfn fit --dataset birthdays``: the Birthdays model's output folder, and its refusals.
+
+One short fit (the last year, two chains of 5 + 5 from the prior median) serves the folder's checks: the
+files of the contract; ``inference.nc``'s groups with one LOO conditional per day and draw and the
+components at the stored draws; ``predictions.csv`` whose fit is the sum of its components and whose
+births are the packaged file's; a report naming R-hat, divergences, PSIS-LOO and LOO-R². Options that
+choose another model, and ``--years`` out of range or without the data set, exit 2 and write nothing.
+"""
+
+from __future__ import annotations
+
+import arviz as az
+import numpy as np
+import pandas as pd
+import pytest
+from refusal import refuse
+
+from bayes_rbfn import cli
+from bayes_rbfn.models import birthdays as B
+
+pytestmark = pytest.mark.filterwarnings("ignore:Estimated shape parameter of Pareto")
+
+SHORT = ["--years", "1", "--chains", "2", "--warmup", "5", "--draws", "5", "--init", "median"]
+SHORT += ["--max-tree-depth", "3", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("birthdays") / "results"
+    assert cli.main(["fit", "--dataset", "birthdays", *SHORT, "--out", str(folder)]) == 0
+    return folder
+
+
+def test_folder_holds_the_contract_files(out):
+    expected = {"inference.nc", "summary.csv", "predictions.csv", "report.txt"}
+    expected |= {"trace.png", "rank.png", "birthdays.png"}
+    assert {p.name for p in out.iterdir() if not p.name.startswith(".")} == expected
+    report = (out / "report.txt").read_text()
+    for needle in ("r_hat", "Divergent transitions", "PSIS-LOO", "LOO-R²", "366 days"):
+        assert needle in report, needle
+    summary = pd.read_csv(out / "summary.csv", index_col="parameter")
+    assert list(summary.index) == list(B.HYPERPARAMETERS)
+
+
+def test_inference_data_groups_and_shapes(out):
+    idata = az.from_netcdf(out / "inference.nc")
+    for group in ("posterior", "sample_stats", "log_likelihood", "observed_data", "constant_data"):
+        assert group in idata.groups(), group
+    assert idata.log_likelihood["y"].shape == (2, 5, 366)
+    assert np.all(np.isfinite(idata.log_likelihood["y"].values))
+    assert 0.0 < idata.log_likelihood.attrs["loo_r2"] < 1.0
+    assert idata.posterior["week_trend_u"].shape == (2, 5, 8)
+    pred = idata.predictions
+    assert pred["trend"].shape[-1] == 366 and pred["day_of_year_effect"].shape[-1] == 366
+    assert list(pred["weekday"].values) == ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
+
+
+def test_predictions_csv_is_the_sum_of_its_components(out):
+    table = pd.read_csv(out / "predictions.csv")
+    frame = pd.read_csv(B.DATA)
+    last = frame[frame["year"] == 1988]
+    assert len(table) == len(last) == 366
+    assert np.array_equal(table["births"].to_numpy(), last["births"].to_numpy())
+    parts = table["trend"] + table["year"] + table["day_of_week"] + table["day_of_year"]
+    np.testing.assert_allclose(table["fit"], parts, rtol=1e-12)
+    relative = last["births"].to_numpy() / last["births"].mean()
+    np.testing.assert_allclose(table["relative"], relative, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "extra, needles",
+    [
+        (["--kernel", "se"], ["--kernel", "its own model"]),
+        (["--model", "sor", "--num-inducing", "20"], ["--model, --num-inducing"]),
+        (["--years", "21"], ["--years: expected 1 … 20"]),
+    ],
+    ids=["kernel", "model-and-inducing", "years-out-of-range"],
+)
+def test_options_that_do_not_apply_are_refused(extra, needles, capsys, tmp_path):
+    argv = ["fit", "--dataset", "birthdays", *extra, "--out", tmp_path / "out"]
+    refuse(argv, capsys, tmp_path, *needles)
+
+
+def test_years_needs_the_birthdays_data(capsys, tmp_path):
+    refuse(["fit", "--dataset", "coal", "--years", "2", "--out", tmp_path / "o"], capsys, tmp_path, "--years")
+    argv = ["compare", "--dataset", "birthdays", "--out", tmp_path / "o"]
+    refuse(argv, capsys, tmp_path, "--dataset birthdays")
