@@ -163,7 +163,7 @@ def plot_predictive_1d(
 
     When the prediction inputs reach past the data, a second panel zooms on the end of the data and the
     forecast beyond it, where the predictive uncertainty grows (and, for SoR, eventually collapses to the
-    noise far from every inducing input: DESIGN §3.4).
+    noise far from every inducing input: docs/mathematics.md#the-sor-family-and-its-variance-collapse).
     """
     x, xp = np.ravel(X), np.ravel(X_pred)
     z = None if Z is None else np.ravel(Z)

@@ -1,6 +1,7 @@
 """Process-level JAX settings for applications (the CLI, tests, benchmarks) — never applied on import.
 
-The library itself does not touch JAX's global configuration (DESIGN §5). Programs that own their
+The library itself does not touch JAX's global configuration (docs/mathematics.md#numerics). Programs that
+own their
 process call these explicitly:
 
 * :func:`enable_x64` — float64 everywhere (the CLI and the tests run in float64);

@@ -11,7 +11,8 @@ analytically, so the log density is the evidence ``ln p(t | α, β) = ln N(t | 0
 (3.86), :func:`bayes_rbfn.gp.blr.log_evidence`, O(NM² + M³)). Per draw:
 
 * predictive (``predict``): Bishop (3.58)–(3.59) for the latent y(x, w) = wᵀφ(x), i.e. mean
-  ``m_Nᵀ φ(x) + c`` and variance ``φ(x)ᵀ S_N φ(x)`` *without* the 1/β term (DESIGN §6 stores the latent f);
+  ``m_Nᵀ φ(x) + c`` and variance ``φ(x)ᵀ S_N φ(x)`` *without* the 1/β term (docs/output.md stores the latent
+  f);
 * log-likelihood (``log_likelihood``): the leave-one-out conditionals ``ln p(t_i | t_−i, α, β)`` of
   ``t ~ N(0, ΦΦᵀ/α + I/β)`` (Bürkner et al. 2020). That covariance is ``Q + D`` with the low-rank part
   ``Q = Φ (αI)⁻¹ Φᵀ`` — the Nyström form ``K_fu K_uu⁻¹ K_uf`` with ``K_fu = Φ`` and ``K_uu = αI``
@@ -21,7 +22,8 @@ analytically, so the log density is the evidence ``ln p(t | α, β) = ln N(t | 0
   (:func:`basis_kernel`), which is what the pass evaluates chunk by chunk.
 
 Posterior variables: ``alpha``, ``beta`` and the deterministic ``noise`` = 1/√β, the noise standard
-deviation of DESIGN §2, so the generic predictive (y* bands) and diagnostics find it under its usual name.
+deviation of docs/mathematics.md#notation, so the generic predictive (y* bands) and diagnostics find it under
+its usual name.
 
 Choices (documented, as the issue asks):
 

@@ -1,8 +1,9 @@
 """The RBF network as a layer: ``f = rbfn(name, kernel, X, Z)`` in any NumPyro model, under any likelihood.
 
-The network f(x) = m(x) + k(x, Z) α with the prior α ~ N(0, K_uu⁻¹) is the SoR Gaussian process (DESIGN
-§3.2): Cov f = K_fu K_uu⁻¹ K_uf = Q_ff. The layer samples it non-centred, which is the geometry NUTS
-handles best when the data inform α weakly (counts, labels): whitened weights v ~ N(0, I_M) and
+The network f(x) = m(x) + k(x, Z) α with the prior α ~ N(0, K_uu⁻¹) is the SoR Gaussian process
+(docs/mathematics.md#function-space-and-weight-space-agree): Cov f = K_fu K_uu⁻¹ K_uf = Q_ff. The layer
+samples it non-centred, which is the geometry NUTS handles best when the data inform α weakly (counts,
+labels): whitened weights v ~ N(0, I_M) and
 
     α = L_uu⁻ᵀ v   (so Cov α = L_uu⁻ᵀ L_uu⁻¹ = K_uu⁻¹),     f = m + K_fu α.
 

@@ -3,7 +3,8 @@
     α = L_uu⁻ᵀ v,  v ~ N(0, I_M)   ⇔   α ~ N(0, K_uu⁻¹)   (non-centred through the Cholesky factor)
     f = m + K_fu α,   y_i ~ p(y_i | f_i)   (:mod:`bayes_rbfn.models.likelihoods`)
 
-With the Gaussian likelihood, marginalising α gives exactly the SoR model (DESIGN §1); here NUTS samples
+With the Gaussian likelihood, marginalising α gives exactly the SoR model
+(docs/mathematics.md#the-central-fact); here NUTS samples
 α explicitly, together with the hyperparameters, which is what lets the same network carry a Student-t,
 Poisson, negative-binomial or Bernoulli likelihood. The model is a composition of the public pieces: the
 network is the layer :func:`bayes_rbfn.models.layers.rbfn` named ``"f"`` (sites ``f_v``, the whitened

@@ -2,7 +2,8 @@
 
 The latent weights are marginalised analytically: NUTS samples only the hyperparameters. The log density
 is the SoR marginal likelihood through the one Woodbury path (no N×N matrix), guarded so a failed
-factorisation is -inf. The per-draw predictive is the SoR conditional of DESIGN §3.2.
+factorisation is -inf. The per-draw predictive is the SoR conditional of
+docs/mathematics.md#function-space-and-weight-space-agree.
 
 Everything goes through the distribution :func:`marginal` (a
 :class:`~bayes_rbfn.models.distributions.SparseGP`), whose O(NM²) sums over the data (log density, its

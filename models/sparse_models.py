@@ -1,7 +1,8 @@
 """``dtc``, ``fitc``, ``vfe`` and ``asor`` — the sparse GPs that repair SoR's collapsing predictive variance.
 
 SoR (:mod:`bayes_rbfn.models.sor`, the Bayesian RBFN) puts the Nyström covariance Q everywhere, at test
-points too, so its predictive variance vanishes away from the inducing inputs Z (DESIGN §3.4). The models
+points too, so its predictive variance vanishes away from the inducing inputs Z
+(docs/mathematics.md#the-sor-family-and-its-variance-collapse). The models
 here keep SoR's O(NM²) cost and its one Woodbury path (:func:`bayes_rbfn.gp.linalg.woodbury`, reached through
 :mod:`bayes_rbfn.gp.sparse`), and differ in what they condition on and how they predict:
 

@@ -11,7 +11,7 @@
 # ---
 
 # %% [markdown]
-# # Five formulations, one mean (DESIGN §3.1)
+# # Five formulations, one mean (docs/mathematics.md#five-formulations-one-mean)
 #
 # An RBF network `f(x) = k(x, Z) α` with the prior `α ~ N(0, K_uu⁻¹)` is the Subset-of-Regressors (SoR)
 # Gaussian process. This notebook computes its predictive mean five ways on real data (Snelson's 1-D

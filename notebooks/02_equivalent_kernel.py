@@ -11,7 +11,7 @@
 # ---
 
 # %% [markdown]
-# # The equivalent kernel of Bayesian linear regression (Bishop §3.3.3, DESIGN §3.5)
+# # The equivalent kernel of Bayesian linear regression (Bishop §3.3.3, docs/mathematics.md#bayesian-linear-regression-and-the-equivalent-kernel)
 #
 # For Bayesian linear regression with fixed basis functions φ, the predictive mean is a linear smoother
 # of the targets, `y(x) = Σ_n k(x, x_n) t_n`, with the *equivalent kernel*

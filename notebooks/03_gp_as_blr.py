@@ -11,7 +11,7 @@
 # ---
 
 # %% [markdown]
-# # A Gaussian process as Bayesian linear regression (Mason; DESIGN §3.6)
+# # A Gaussian process as Bayesian linear regression (Mason; docs/mathematics.md#a-gp-as-bayesian-linear-regression)
 #
 # A BLR `f(x) = φ(x)ᵀ w` with `w ~ N(0, I)` is the GP with covariance `φ(x)ᵀ φ(x')`. Two ways to choose φ
 # for a given SE kernel of lengthscale ℓ and variance s²:
@@ -180,7 +180,7 @@ fig.savefig(OUT / "03_convergence_se_basis.png", dpi=110)
 # ## The eigenbasis, truncated
 #
 # With centres at the 200 training inputs, the full eigenbasis is the SoR GP with Z = X, whose predictive
-# mean is the exact GP's (DESIGN §3.3) — up to the jitter that `eigen_basis` adds to K_XX (1e-8 × its mean
+# mean is the exact GP's (docs/mathematics.md#inducing-inputs-at-the-data) — up to the jitter that `eigen_basis` adds to K_XX (1e-8 × its mean
 # diagonal, the library's float64 policy), which matters here because 200 points at this lengthscale make
 # K_XX numerically singular (see the eigenvalues below). Keeping only the r leading eigenpairs gives a BLR
 # with r weights; its predictive mean converges as r grows, at a rate set by the eigenvalue decay.

@@ -11,7 +11,7 @@
 # ---
 
 # %% [markdown]
-# # SoR's variance collapse, and DTC, FITC and VFE (DESIGN §3.4)
+# # SoR's variance collapse, and DTC, FITC and VFE (docs/mathematics.md#the-sor-family-and-its-variance-collapse)
 #
 # SoR (= the Bayesian RBFN) replaces the GP prior covariance by the Nyström covariance
 # `Q(x, x') = k(x, Z) K_uu⁻¹ k(Z, x')` everywhere. Far from the inducing inputs Z, `Q_** → 0`, so the

@@ -14,7 +14,7 @@
 # # A Bayesian workflow: NUTS on the SoR model, diagnostics, predictive; a hierarchical panel model
 #
 # The kernel hyperparameters are not fixed here: NUTS samples lengthscale, variance and noise of the SoR
-# GP `y ~ N(c, Q_ff + σ²I)` (its weights marginalised analytically, DESIGN §3.2) on Snelson's data. ArviZ
+# GP `y ~ N(c, Q_ff + σ²I)` (its weights marginalised analytically, docs/mathematics.md#function-space-and-weight-space-agree) on Snelson's data. ArviZ
 # checks the chains (trace and rank plots, r_hat, effective sample sizes) and estimates the out-of-sample
 # predictive accuracy with PSIS-LOO from the stored leave-one-out conditionals `log p(y_i | y_−i, θ)`
 # (Bürkner, Gabry & Vehtari 2020). The posterior predictive is the mixture over draws of the analytic

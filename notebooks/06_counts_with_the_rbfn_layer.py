@@ -18,7 +18,7 @@
 #
 #     log λ(t) = c + k(t, Z) α,   α ~ N(0, K_uu⁻¹),   k_t ~ Poisson(λ(t)),
 #
-# so the log-rate has the SoR (Nyström) GP prior with covariance Q = K_fu K_uu⁻¹ K_uf (DESIGN §3.2).
+# so the log-rate has the SoR (Nyström) GP prior with covariance Q = K_fu K_uu⁻¹ K_uf (docs/mathematics.md#function-space-and-weight-space-agree).
 # `bayes_rbfn.rbfn` samples the whitened weights v ~ N(0, I_M) and sets α = L_uu⁻ᵀ v: the non-centred form
 # that NUTS handles well when the data inform the weights weakly. We write the model by hand, fit it with
 # NumPyro's own NUTS, check it with ArviZ (PSIS-LOO, posterior predictive), and compare it with what

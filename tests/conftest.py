@@ -1,4 +1,5 @@
-"""Shared test configuration: float64 everywhere (DESIGN §5), tolerances stated once, keyed by dtype."""
+"""Shared test configuration: float64 everywhere (docs/mathematics.md#numerics), tolerances stated once,
+keyed by dtype."""
 
 import contextlib
 import gc

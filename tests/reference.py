@@ -1,6 +1,7 @@
-"""Independent dense NumPy/SciPy references for the core library (DESIGN §3).
+"""Independent dense NumPy/SciPy references for the core library (docs/mathematics.md).
 
-Nothing here imports :mod:`bayes_rbfn`: every quantity is written from the formulas of DESIGN §3 with
+Nothing here imports :mod:`bayes_rbfn`: every quantity is written from the formulas of docs/mathematics.md
+with
 plain NumPy, dense N×N matrices and ``numpy.linalg.solve`` (never the library's Cholesky/Woodbury path),
 so the tests compare the fast code with a second, naive derivation of the same mathematics.
 
@@ -102,7 +103,7 @@ def loo_refit(C, y):
 
 
 # --------------------------------------------------------------------------------------------------
-# The models of DESIGN §3, each from its own formula
+# The models of docs/mathematics.md, each from its own formula
 
 
 def exact_predict(Kff, Kfs, Kss, y, noise):
@@ -143,6 +144,47 @@ def rbf_ridge_mean(Kfu, Kuu, Ksu, y, noise):
 def power_function_sq(Kss, KsX, KXX):
     """P_X(x*)² as a matrix: K_** − K_*X K_XX⁻¹ K_X* (§3.3, §3.7)."""
     return Kss - KsX @ np.linalg.solve(KXX, KsX.T)
+
+
+# --------------------------------------------------------------------------------------------------
+# The Birthdays model's marginal, written out
+
+
+def birthdays_blocks(values, X, Z, period):
+    """The dense parts of the Birthdays model's marginal at one draw ``values`` (hyperparameters and the
+    week trend's values at its centres ``week_trend_u``), for inputs X with the columns t, day of week,
+    day of year and three holiday indicators and centres Z = {"trend", "year", "week"}.
+
+    Returns a dict: ``Q`` {component: its Nyström block K_fu (K_uu + jitter I)⁻¹ K_uf} in the model's
+    order, ``jitter`` (1e-8 × the mean diagonal of the block-diagonal K_uu), ``W`` {"week", "holiday":
+    the design columns of the linear components, whose K_uu = I}, ``g`` the week trend K_fu K_uu⁻¹ u,
+    and ``H`` the one-hot (N, 366) day-of-year matrix.
+    """
+    v = values
+    t = X[:, 0]
+    week = {"kind": "se", "lengthscale": v["week_lengthscale"], "variance": v["week_amplitude"] ** 2}
+    Kuu_week = jittered(gram(week, Z["week"]), 1e-8)
+    g = gram(week, t, Z["week"]) @ np.linalg.solve(Kuu_week, v["week_trend_u"])
+    se = {"kind": "se", "lengthscale": v["trend_lengthscale"], "variance": v["trend_amplitude"] ** 2}
+    per = {
+        "kind": "periodic",
+        "lengthscale": v["year_lengthscale"],
+        "variance": v["year_amplitude"] ** 2,
+        "period": period,
+    }
+    blocks = {
+        "intercept": (np.ones((len(t), 1)), np.ones((1, 1))),
+        "trend": (gram(se, t, Z["trend"]), gram(se, Z["trend"])),
+        "year": (gram(per, t, Z["year"]), gram(per, Z["year"])),
+        "week": (np.exp(g)[:, None] * (X[:, 1:2] == np.arange(7.0)), np.eye(7)),
+        "holiday": (X[:, 3:6], np.eye(3)),
+    }
+    sizes = [len(Kuu) for _, Kuu in blocks.values()]
+    jitter = 1e-8 * sum(np.trace(Kuu) for _, Kuu in blocks.values()) / sum(sizes)
+    Q = {name: nystrom(Kfu, Kuu + jitter * np.eye(len(Kuu)), Kfu) for name, (Kfu, Kuu) in blocks.items()}
+    H = (X[:, 2][:, None] == np.arange(366.0)[None, :]).astype(float)
+    W = {"week": blocks["week"][0], "holiday": blocks["holiday"][0]}
+    return {"Q": Q, "jitter": jitter, "W": W, "g": g, "H": H}
 
 
 # --------------------------------------------------------------------------------------------------

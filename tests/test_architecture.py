@@ -1,6 +1,6 @@
 """The package's import graph, read from the source with ``ast`` (nothing is imported).
 
-Proves: imports only run down the layers of DESIGN §4 (``gp`` → ``models`` → ``infer`` → ``workflows`` →
+Proves: imports only run down the layers of docs/layers.md (``gp`` → ``models`` → ``infer`` → ``workflows`` →
 ``cli``; ``io`` beside ``gp``) — see :data:`MAY_IMPORT`; no import cycle between the modules of
 ``bayes_rbfn`` and ``bayes_rbfn.models`` (imports inside functions count: a lazy import only hides a cycle);
 nothing whose name starts with ``_`` is imported from another module of the project, tests and benchmarks

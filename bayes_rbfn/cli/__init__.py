@@ -1,4 +1,4 @@
-"""The command line, ``bayes-rbfn`` (also ``python -m bayes_rbfn``): the main job of DESIGN §6.
+"""The command line, ``bayes-rbfn`` (also ``python -m bayes_rbfn``): the main job of docs/output.md.
 
 The only layer of the package that prints: parsing, progress and reports, one module per subcommand
 (:mod:`~bayes_rbfn.cli.fit`, :mod:`~bayes_rbfn.cli.compare`, :mod:`~bayes_rbfn.cli.sbc`,

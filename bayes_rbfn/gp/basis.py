@@ -1,4 +1,5 @@
-"""From a Gaussian process to an equivalent Bayesian linear regression (DESIGN §3.6).
+"""From a Gaussian process to an equivalent Bayesian linear regression
+(docs/mathematics.md#a-gp-as-bayesian-linear-regression).
 
 A BLR ``f(x) = φ(x)ᵀ w`` with ``w ~ N(0, I)`` is the GP with covariance ``φ(x)ᵀ φ(x')``. Two ways to
 choose φ so that this covariance is (or approximates) a given kernel:
@@ -18,7 +19,8 @@ choose φ so that this covariance is (or approximates) a given kernel:
   agreement.
 * :func:`eigen_basis` — the Nyström eigenbasis. With ``K_cc = U Λ Uᵀ`` at centres C,
   ``φ(x) = Λ^{-1/2} Uᵀ k(C, x)`` gives ``φ(x)ᵀ φ(x') = k(x, C) K_cc⁻¹ k(C, x') = Q(x, x')``: the BLR is
-  exactly the SoR GP / Bayesian RBFN with centres C (DESIGN §1), now with independent weights.
+  exactly the SoR GP / Bayesian RBFN with centres C (docs/mathematics.md#the-central-fact), now with
+  independent weights.
   Dropping small eigenvalues gives a shorter basis with nearly the same covariance.
 
 :func:`blr_gp_predict` runs the BLR of :mod:`bayes_rbfn.gp.blr` with α = 1 (weights N(0, I)) and
@@ -29,7 +31,8 @@ one compiled program per shape).
 
 References
 ----------
-[1] Mason, the project's GP ↔ BLR notes (DESIGN §3.6): a GP as the limit of a BLR with dense basis
+[1] Mason, the project's GP ↔ BLR notes (docs/mathematics.md#a-gp-as-bayesian-linear-regression): a GP as the
+limit of a BLR with dense basis
     functions, and the eigenbasis construction.
 [2] Bishop, C. M. (2006). *Pattern Recognition and Machine Learning*. §3.3, §6.4.
 [3] Williams, C. K. I. & Seeger, M. (2001). Using the Nyström method to speed up kernel machines. NIPS.

@@ -2,7 +2,7 @@
 
 The model is ``t = Φ w + ε`` with the isotropic prior ``w ~ N(0, α⁻¹ I)`` (Bishop (3.52)) and
 ``ε ~ N(0, β⁻¹ I)``; α is the weight precision and β the noise precision, in Bishop's notation (so
-β = 1/σ² with σ the ``noise`` standard deviation of DESIGN §2). Everything is closed form:
+β = 1/σ² with σ the ``noise`` standard deviation of docs/mathematics.md#notation). Everything is closed form:
 
 * posterior ``w | t ~ N(m_N, S_N)``, ``S_N⁻¹ = αI + βΦᵀΦ``, ``m_N = β S_N Φᵀ t`` (3.53)–(3.54);
 * predictive ``N(m_Nᵀ φ(x), σ_N²(x))``, ``σ_N²(x) = 1/β + φ(x)ᵀ S_N φ(x)`` (3.58)–(3.59);

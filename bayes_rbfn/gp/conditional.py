@@ -13,7 +13,8 @@ The SoR formulas that touch the data (the Woodbury factor, the LOO conditionals,
 each live once, in the streamed pass of :mod:`bayes_rbfn.gp.parallel`; the public SoR functions here
 validate their input and call them (a dense problem is one chunk of that pass).
 
-Notation follows DESIGN §2: ``Kfu = k(X, Z)``, ``Kuu = k(Z, Z)``, ``Ksu = k(X_test, Z)``, ``noise`` = σ.
+Notation follows docs/mathematics.md#notation: ``Kfu = k(X, Z)``, ``Kuu = k(Z, Z)``, ``Ksu = k(X_test, Z)``,
+``noise`` = σ.
 
 References
 ----------
@@ -21,7 +22,8 @@ References
     Eqs. (2.22)–(2.24) (predictive), (2.30) (marginal likelihood), (5.10)–(5.12) (LOO).
 [2] Quiñonero-Candela, J. & Rasmussen, C. E. (2005). A unifying view of sparse approximate Gaussian
     process regression. JMLR 6. Section 4 (SoR), eqs. (14)–(16).
-[3] The project's Nyström/RBFN derivation (DESIGN §3.1): eq. (2) Nyström KRR, eq. (3) RBF ridge.
+[3] The project's Nyström/RBFN derivation (docs/mathematics.md#five-formulations-one-mean): eq. (2) Nyström
+KRR, eq. (3) RBF ridge.
 [4] Bürkner, P.-C., Gabry, J. & Vehtari, A. (2020). Efficient leave-one-out cross-validation for Bayesian
     non-factorized normal and Student-t models. Computational Statistics.
 [5] Wilson, J. T., Borovitskiy, V., Terenin, A., Mostowsky, P. & Deisenroth, M. P. (2020). Efficiently
@@ -93,7 +95,8 @@ _NOT_FACTORISED = (
 def raise_if_not_finite(result: Any, what: str, hint: str = _NOT_FACTORISED) -> None:
     """Raise :class:`~bayes_rbfn.gp.linalg.FactorisationError` ``"{what}: {hint}"`` when a concrete leaf of
     ``result`` (a pytree) is NaN or infinite: outside traced code a failed factorisation is an error
-    (DESIGN §5). Traced leaves are skipped (inside NUTS the log densities are guarded with -inf instead).
+    (docs/mathematics.md#numerics). Traced leaves are skipped (inside NUTS the log densities are guarded with
+    -inf instead).
     """
     leaves = [x for x in jax.tree_util.tree_leaves(result) if not isinstance(x, jax.core.Tracer)]
     for leaf in leaves:
@@ -265,14 +268,16 @@ def sor_predict(
     mesh: Any = None,
     precision: str = "float64",
 ) -> Gaussian:
-    """Latent f* | y under SoR: f* = K_*u α with α | y Gaussian (DESIGN §3.2; eq. (16) of [2]).
+    """Latent f* | y under SoR: f* = K_*u α with α | y Gaussian
+    (docs/mathematics.md#function-space-and-weight-space-agree; eq. (16) of [2]).
 
     mean = K_*u Σ K_uf D⁻¹ y, cov = K_*u Σ K_u* (:func:`bayes_rbfn.gp.parallel.weight_space_moments`),
     Σ = (K_uu + K_uf D⁻¹ K_fu)⁻¹; without ``full_cov`` streamed over chunks of test points
     (:func:`bayes_rbfn.gp.parallel.sor_moments`).
 
     SoR puts the Nyström covariance Q_** on the test points, so its variance collapses far from Z
-    (DESIGN §3.4). With ``exact_test_prior`` the exact K_** is put there instead, which adds the prior
+    (docs/mathematics.md#the-sor-family-and-its-variance-collapse). With ``exact_test_prior`` the exact K_**
+    is put there instead, which adds the prior
     variance K_** − Q_** the Nyström prior drops (its diagonal:
     :func:`bayes_rbfn.gp.parallel.nystrom_residual`): ``N(K_*u Σ K_uf D⁻¹ y, K_** − Q_** + K_*u Σ K_u*)``,
     the predictive of DTC and VFE (D = σ²I) and of FITC (D = Λ) — eqs. (20)–(21) and (24)–(25) of
@@ -414,7 +419,8 @@ def sor(
     full_cov: bool = True,
     jitter: float | None = None,
 ) -> Gaussian:
-    """SoR (= Bayesian RBFN) predictive of the latent f*, DESIGN §3.2.
+    """SoR (= Bayesian RBFN) predictive of the latent f*,
+    docs/mathematics.md#function-space-and-weight-space-agree.
 
     Function space: ``N(Q_*f (Q_ff+σ²I)⁻¹ y, Q_** − Q_*f (Q_ff+σ²I)⁻¹ Q_f*)``; computed in weight space
     as f* = K_*u α, α | y ~ N(Σ K_uf y/σ², Σ), Σ = (K_uf K_fu/σ² + K_uu)⁻¹, in O(NM² + SM²) without any
@@ -435,7 +441,8 @@ def sor(
 
 @linalg.full_precision
 def rbfn_weights(kernel: Kernel, X: Any, y: Any, Z: Any, noise: Any, jitter: float | None = None) -> Gaussian:
-    """Posterior of the RBFN weights α | y ~ N(Σ K_uf y/σ², Σ), Σ = (K_uf K_fu/σ² + K_uu)⁻¹ (DESIGN §3.2).
+    """Posterior of the RBFN weights α | y ~ N(Σ K_uf y/σ², Σ), Σ = (K_uf K_fu/σ² + K_uu)⁻¹
+    (docs/mathematics.md#function-space-and-weight-space-agree).
 
     The prior is α ~ N(0, K_uu⁻¹) and the likelihood y ~ N(K_fu α, σ²I); Σ = RᵀR from the SoR factor
     (:func:`bayes_rbfn.gp.parallel.sor_factor`). Returns ``mean`` (M,), ``cov`` (M, M) and ``var`` (M,).
@@ -511,7 +518,7 @@ def loo_log_density(
     """Leave-one-out conditionals log p(y_i | y_−i), shape (N,): exact GP when Z is None, else SoR in O(NM²)
     (:func:`bayes_rbfn.gp.parallel.sor_loo`).
 
-    These are what the models store as ``log_likelihood`` for PSIS-LOO (DESIGN §6; [4]).
+    These are what the models store as ``log_likelihood`` for PSIS-LOO (docs/output.md; [4]).
     """
     X, y, noise, Z, _, jitter = check_regression_inputs(X, y, noise, Z, kernel=kernel, jitter=jitter)
     if Z is None:

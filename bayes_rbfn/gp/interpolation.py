@@ -1,4 +1,5 @@
-"""Kernel interpolation, polyharmonic splines and the power function (Bindel; DESIGN §3.7).
+"""Kernel interpolation, polyharmonic splines and the power function (Bindel;
+docs/mathematics.md#kernels-and-interpolation).
 
 Given data ``f_i = f(x_i)`` at distinct points X, the kernel interpolant is
 ``f̂(y) = Σ_i c_i k(y, x_i) [+ p(y)]``:
@@ -321,7 +322,8 @@ def power_function(kernel: Kernel, X: Any, Y: Any, jitter: float | None = 0.0) -
     It is the noise-free GP posterior standard deviation at y given exact values at X, and bounds the
     interpolation error: ``|f(y) − f̂(y)| ≤ P_X(y) sqrt(‖f‖²_H − ‖f̂‖²_H)``. Computed as
     ``k(y, y) − ‖L⁻¹ k_Xy‖²`` with ``L Lᵀ = K_XX``: the Nyström residual diag(K_** − Q_**) with the nodes
-    as inducing inputs (:func:`bayes_rbfn.gp.parallel.nystrom_residual`; DESIGN §3.3), whose clamp at 0
+    as inducing inputs (:func:`bayes_rbfn.gp.parallel.nystrom_residual`;
+    docs/mathematics.md#inducing-inputs-at-the-data), whose clamp at 0
     keeps rounding near the nodes from making it negative before the square root.
 
     Args:

@@ -17,7 +17,8 @@ periodic one there are :class:`Linear` (dot product), :class:`Constant` and :cla
 two are not functions of x − x' alone; code that shifts the inputs to gain precision
 (:mod:`~bayes_rbfn.gp.parallel`) does so only for kernels it knows to be translation-invariant.
 
-Inputs may be ``(N,)`` (one input dimension) or ``(N, D)``. Hyperparameters follow DESIGN §2: ``variance``
+Inputs may be ``(N,)`` (one input dimension) or ``(N, D)``. Hyperparameters follow
+docs/mathematics.md#notation: ``variance``
 is the amplitude s², ``lengthscale`` is a scalar or one value per input dimension (ARD).
 
 The stationary kernels work on the scaled squared distance r² = Σ_d (x_d − x'_d)² / ℓ_d² (no ``sqrt``

@@ -35,7 +35,8 @@ first-order insensitive to the rounding of v. The residuals need m, which needs 
 second sweep over the data (:func:`bayes_rbfn.gp.parallel.woodbury_factor`, which hands them to
 :meth:`Woodbury.with_residuals`); :func:`woodbury` alone, given only the sums, keeps the difference form.
 
-Jitter policy (DESIGN §5): a failed or ill-conditioned Cholesky of a kernel matrix is prevented by
+Jitter policy (docs/mathematics.md#numerics): a failed or ill-conditioned Cholesky of a kernel matrix is
+prevented by
 adding ``jitter · mean(diag K)`` to its diagonal (:func:`add_jitter`), with ``jitter`` set by the dtype
 (:data:`JITTER`). Pass ``jitter=0.0`` to factorise the matrix as it is.
 

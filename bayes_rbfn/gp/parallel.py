@@ -691,7 +691,8 @@ def woodbury_factor(
 
     ``d`` is σ² (SoR, DTC, VFE: :func:`sor_factor`), FITC's (N,) Λ = σ² + diag(K_ff − Q_ff), or any
     positive diagonal (the BLR evidence's 1/β with L_uu = √α I). Also the factorisation of the RBFN weight
-    posterior α | y ~ N(Σ K_uf D⁻¹ y, Σ), Σ = (K_uf D⁻¹ K_fu + K_uu)⁻¹ (DESIGN §3.2), since
+    posterior α | y ~ N(Σ K_uf D⁻¹ y, Σ), Σ = (K_uf D⁻¹ K_fu + K_uu)⁻¹
+    (docs/mathematics.md#function-space-and-weight-space-agree), since
     K_uu + K_uf D⁻¹ K_fu = L_uu L_B L_Bᵀ L_uuᵀ. The data sums come from one streamed pass
     (:func:`woodbury_stats`, arguments as there); K_uf is never formed. With ``mask`` the 2π term counts
     only the real points.
@@ -1110,7 +1111,8 @@ def weight_space_moments(
     """Moments of f* = K_*u α under the RBFN weight posterior α | y ~ N(weights, RᵀR): SoR's predictive.
 
     mean = K_*u m, cov = (R K_u*)ᵀ (R K_u*) = K_*u Σ K_u* with m = Σ K_uf D⁻¹ y and Σ = RᵀR
-    (DESIGN §3.2; eq. (16) of [3]); equal to the function-space form Q_*f (Q_ff + σ²I)⁻¹ y,
+    (docs/mathematics.md#function-space-and-weight-space-agree; eq. (16) of [3]); equal to the function-space
+    form Q_*f (Q_ff + σ²I)⁻¹ y,
     Q_** − Q_*f (Q_ff + σ²I)⁻¹ Q_f*.
 
     Args:
@@ -1190,7 +1192,8 @@ def nystrom_residual(
     The prior variance the Nyström (SoR) covariance drops at each input, i.e. Var[f(x) | u] — FITC's extra
     noise, DTC's restored test variance K_** − Q_** ([3] §5–6), the numerator of the share of prior
     variance lost (:func:`bayes_rbfn.gp.sparse.prior_variance_lost`) and, with Z = X, the squared power
-    function (DESIGN §3.3, §3.7). Clamped at 0: in exact arithmetic it is a variance, and a
+    function (docs/mathematics.md#inducing-inputs-at-the-data, §3.7). Clamped at 0: in exact arithmetic it is
+    a variance, and a
     rounding-level negative value must not reach FITC's noise diagonal. Memory O(MC).
 
     Args:

@@ -2,7 +2,8 @@
 
 SoR (= the Bayesian RBFN, :mod:`bayes_rbfn.gp.conditional`) replaces the GP prior covariance by the Nyström
 covariance Q everywhere, so its predictive variance ``K_*u Σ K_u*`` vanishes far from the inducing inputs Z
-(DESIGN §3.4). Quiñonero-Candela & Rasmussen [1] and Titsias [2] give three repairs, all of the form
+(docs/mathematics.md#the-sor-family-and-its-variance-collapse). Quiñonero-Candela & Rasmussen [1] and Titsias
+[2] give three repairs, all of the form
 "condition on C = Q_ff + diag(d)", so all go through the one Woodbury path
 :func:`bayes_rbfn.gp.linalg.woodbury`:
 
@@ -21,7 +22,8 @@ for a full covariance).
 
 As predictives, DTC and VFE share SoR's weight posterior and differ from SoR only in restoring the
 prior variance K_** − Q_** that the Nyström prior drops at test points, which is exactly what SoR is
-missing when Z = X (DESIGN §3.3). FITC changes the prior of the training data too, adding
+missing when Z = X (docs/mathematics.md#inducing-inputs-at-the-data). FITC changes the prior of the training
+data too, adding
 the dropped variance as heteroscedastic noise. With Z = X (and no jitter) all three are the exact GP.
 
 Every data pass (the factor, the Nyström residual diag(K − Q), the LOO conditionals, the predictive
@@ -259,7 +261,8 @@ def prior_variance_lost(
 
     diag(K_** − Q_**) (:func:`bayes_rbfn.gp.parallel.nystrom_residual`) over diag(K_**), in [0, 1], shape
     (S,). 0 at the inducing inputs (up to jitter); → 1 far from them, where SoR's predictive variance
-    collapses to 0 (to σ² for y*) and DTC/FITC/VFE keep the prior K_** (DESIGN §3.4).
+    collapses to 0 (to σ² for y*) and DTC/FITC/VFE keep the prior K_**
+    (docs/mathematics.md#the-sor-family-and-its-variance-collapse).
     """
     Luu = linalg.cholesky(kernel.inducing_gram(Z), jitter)
     return jnp.minimum(parallel.nystrom_residual(kernel, Z, Luu, X_test) / kernel.diag(X_test), 1.0)
@@ -383,7 +386,7 @@ def loo_log_density(
     y: as a function of y it is log N(y | 0, Q_ff + σ²I) minus a term that does not depend on y, so
     normalising it over y gives DTC/SoR's marginal); ``"fitc"`` uses y ~ N(0, Q_ff + Λ). O(NM²) through the
     Woodbury identity (:func:`bayes_rbfn.gp.parallel.sor_loo`). These are what the models store as
-    ``log_likelihood`` for PSIS-LOO (DESIGN §6). Arguments as :func:`log_marginal_likelihood`.
+    ``log_likelihood`` for PSIS-LOO (docs/output.md). Arguments as :func:`log_marginal_likelihood`.
     """
     method = _check_method(method)
     X, y, noise, Z, _, jitter = check_regression_inputs(X, y, noise, Z, kernel=kernel, jitter=jitter)
@@ -406,7 +409,8 @@ def variance_lost(kernel: Kernel, Z: Any, X_test: Any, jitter: float | None = No
     """Fraction of the prior variance SoR loses at each test point, 1 − Q_**/K_**, in [0, 1], shape (S,).
 
     Near 0 at and between well-placed inducing inputs; near 1 far from them, where SoR's predictive
-    variance collapses (DESIGN §3.4) and DTC, FITC or VFE should be preferred. It depends only on the
+    variance collapses (docs/mathematics.md#the-sor-family-and-its-variance-collapse) and DTC, FITC or VFE
+    should be preferred. It depends only on the
     kernel, Z and X_test, not on the data.
 
     Args:

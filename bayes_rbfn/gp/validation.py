@@ -1,4 +1,5 @@
-"""Checks on concrete user input at the public entry points (DESIGN §5: clear errors, never NaN).
+"""Checks on concrete user input at the public entry points (docs/mathematics.md#numerics: clear errors,
+never NaN).
 
 Inside traced code (jit, vmap, NUTS) the values are tracers and these checks step aside; the log
 densities are then guarded with -inf instead (see :mod:`bayes_rbfn.gp.linalg`).

@@ -1,7 +1,8 @@
 """Variance collapse: the share of the prior variance a Nyström (SoR/RBFN) predictive loses, and its warning.
 
 Far from the inducing inputs the SoR prior at a test point is Q_** → 0, so the latent variance vanishes
-and y*'s tends to σ² (DESIGN §3.4). :func:`collapse_check` averages 1 − Q_**/K_**
+and y*'s tends to σ² (docs/mathematics.md#the-sor-family-and-its-variance-collapse). :func:`collapse_check`
+averages 1 − Q_**/K_**
 (:func:`bayes_rbfn.gp.sparse.prior_variance_lost`) over posterior draws and warns where it passes a threshold.
 """
 
@@ -49,7 +50,8 @@ def collapse_check(
     """Posterior-mean share of the prior variance the Nyström prior loses at X_eval, and a warning.
 
     Computes mean_s [1 − Q_**/K_**](θ_s) over the posterior draws θ_s (:func:`bayes_rbfn.gp.sparse.
-    prior_variance_lost`, DESIGN §3.4) and, when ``warn`` and some point exceeds ``threshold``, issues a
+    prior_variance_lost`, docs/mathematics.md#the-sor-family-and-its-variance-collapse) and, when ``warn``
+    and some point exceeds ``threshold``, issues a
     :class:`~bayes_rbfn.gp.sparse.VarianceCollapseWarning` naming ``model``. This is the hook for a driver
     that holds the model's pieces: :func:`bayes_rbfn.fit` calls it after sampling for every model in
     :data:`VARIANCE_COLLAPSE_MODELS`, and :func:`variance_collapse` on a stored

@@ -1,9 +1,9 @@
-"""Fit a model of the collection and return ArviZ InferenceData (DESIGN §6).
+"""Fit a model of the collection and return ArviZ InferenceData (docs/output.md).
 
 :func:`fit` is a composition: validate → :func:`build_model` (the model bound to its data: kernel family,
 priors, inducing inputs, the spec's data layout) → the one NUTS loop of :mod:`bayes_rbfn.infer.sampler`
 → per draw the analytic predictive moments and the leave-one-out conditional log-likelihood, packed into
-InferenceData with exactly the groups and names of DESIGN §6. It prints nothing (a progress bar aside,
+InferenceData with exactly the groups and names of docs/output.md. It prints nothing (a progress bar aside,
 when ``progress=True``). Reading a fit back from its InferenceData is :mod:`bayes_rbfn.infer.schema`'s.
 """
 
@@ -545,7 +545,7 @@ def fit(
     coords: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> az.InferenceData:
-    """Fit a model of the collection with NUTS and return ArviZ InferenceData (DESIGN §6).
+    """Fit a model of the collection with NUTS and return ArviZ InferenceData (docs/output.md).
 
     Args:
         model: a model name (``"sor"``, ``"rbfn"``, ``"exact"``, ``"grouped"``, …; see
@@ -747,7 +747,7 @@ _COLLAPSE_DRAWS = 200
 
 def _warn_if_collapsed(spec: ModelSpec, config: ModelConfig, Z: Any, samples: dict, X_pred: Any) -> None:
     """Warn (VarianceCollapseWarning) when SoR/RBFN predictions at X_pred have lost most of the prior
-    variance (DESIGN §3.4), from a thinned set of draws."""
+    variance (docs/mathematics.md#the-sor-family-and-its-variance-collapse), from a thinned set of draws."""
     from bayes_rbfn.infer.collapse import collapse_check
 
     if not spec.variance_collapses or Z is None or np.ndim(Z) != 2:

@@ -1,6 +1,7 @@
 """Reading a fit back: the model, its configuration, data and posterior draws from an InferenceData.
 
-:func:`rebuild` inverts what :func:`bayes_rbfn.fit` writes (DESIGN §6), so that :func:`bayes_rbfn.predict`,
+:func:`rebuild` inverts what :func:`bayes_rbfn.fit` writes (docs/output.md), so that
+:func:`bayes_rbfn.predict`,
 the comparison workflow and the tests can recompute the analytic predictive from a stored fit
 (in memory, or read from ``inference.nc``) without refitting. It sits below both the driver and the
 predictive, so neither imports the other to read a fit.

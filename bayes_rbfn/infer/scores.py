@@ -1,7 +1,8 @@
 """Scores of a predictive against held-out observations: the backtest of a forecast.
 
 The predictive of a new observation y* at each held-out input is the equal-weight mixture over posterior
-draws s = 1..T of N(m_s, v_s + σ_s²) (per-draw analytic moments, DESIGN §3; f_var = 0 for the weight-space
+draws s = 1..T of N(m_s, v_s + σ_s²) (per-draw analytic moments, docs/mathematics.md; f_var = 0 for the
+weight-space
 network). Every score here is computed for that mixture, per held-out point, then averaged:
 
 * **coverage** of the central ``level`` band: the share of held-out points inside the mixture's

@@ -5,7 +5,8 @@ Five small public data sets ship in ``bayes_rbfn/data/`` (provenance and licence
 - ``"co2"`` — Mauna Loa weekly atmospheric CO2, 1958–2001: the classic GP example (Rasmussen &
   Williams §5.4.3).
 - ``"snelson"`` — the Snelson & Ghahramani (2006) 1-D sparse-GP benchmark, with a test grid reaching far
-  outside the training inputs, where SoR's predictive variance collapses (DESIGN §3.4).
+  outside the training inputs, where SoR's predictive variance collapses
+  (docs/mathematics.md#the-sor-family-and-its-variance-collapse).
 - ``"fertility"`` — World Bank total fertility rate by country and year: a grouped (panel) data set for
   the hierarchical models.
 - ``"coal"`` — British coal-mining disasters per year, 1851–1961: counts, for the Poisson likelihood.

@@ -1,4 +1,5 @@
-"""Atomic output folders and files (DESIGN §6: an interrupted or failed run leaves no half-written result).
+"""Atomic output folders and files (docs/output.md: an interrupted or failed run leaves no half-written
+result).
 
 The CLI writes every result file into a hidden temporary folder next to the requested one and moves it
 into place only when everything has been written::

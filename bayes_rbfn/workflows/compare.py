@@ -27,7 +27,8 @@ restores the prior variance SoR drops away from Z (Quiñonero-Candela & Rasmusse
 is what ``elpd_test`` measures. Use both: LOO to compare training densities without held-out data, the
 held-out density to compare predictives.
 
-Variance collapse (DESIGN §3.4). SoR's predictive variance (and the RBFN's) vanishes where the Nyström
+Variance collapse (docs/mathematics.md#the-sor-family-and-its-variance-collapse). SoR's predictive variance
+(and the RBFN's) vanishes where the Nyström
 covariance loses the prior variance, 1 − Q_**/K_** → 1. :func:`variance_collapse` evaluates that fraction
 at the prediction inputs, averaged over the posterior draws, and warns
 (:class:`bayes_rbfn.gp.sparse.VarianceCollapseWarning`, through

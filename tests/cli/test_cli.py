@@ -1,9 +1,10 @@
-"""The command line (DESIGN §6, the main job): end-to-end fits, the output folder's contract, the stored
+"""The command line (docs/output.md, the main job): end-to-end fits, the output folder's contract, the stored
 predictive against a dense NumPy recomputation, Ctrl-C, and the README's quick-start commands.
 
 The fits are small (tens of draws, a few inducing inputs) so the whole file runs in about a minute; the
 analytic check is exact whatever the number of draws, because it recomputes the per-draw predictive of
-DESIGN §3.2 from the stored draws and inputs with dense matrices (tests/reference.py), independently of
+docs/mathematics.md#function-space-and-weight-space-agree from the stored draws and inputs with dense
+matrices (tests/reference.py), independently of
 the library's Woodbury path.
 """
 
@@ -57,7 +58,7 @@ def listing(folder: Path) -> set[str]:
 
 
 def check_contract(out: Path, *, D: int, inducing: bool = True) -> az.InferenceData:
-    """The files and InferenceData groups of DESIGN §6; returns the loaded InferenceData."""
+    """The files and InferenceData groups of docs/output.md; returns the loaded InferenceData."""
     for name in (
         "inference.nc",
         "summary.csv",
@@ -108,7 +109,8 @@ def check_contract(out: Path, *, D: int, inducing: bool = True) -> az.InferenceD
 
 
 def dense_sor_predictive(idata: az.InferenceData, chain: int, draw: int) -> tuple[np.ndarray, np.ndarray]:
-    """The SoR latent predictive of DESIGN §3.2 for one stored draw, by dense NumPy (tests/reference.py):
+    """The SoR latent predictive of docs/mathematics.md#function-space-and-weight-space-agree for one stored
+    draw, by dense NumPy (tests/reference.py):
     condition (y − c, f* − c) ~ N(0, [[Q_ff + σ²I, Q_f*], [Q_*f, Q_**]]) on y, c the stored y_offset."""
     post = idata.posterior
     cd = idata.constant_data

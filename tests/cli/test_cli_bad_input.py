@@ -1,4 +1,4 @@
-"""Bad input to the command line (DESIGN §6): every case exits with status 2, prints one clear line
+"""Bad input to the command line (docs/output.md): every case exits with status 2, prints one clear line
 ``bayes-rbfn: error: ...`` without a traceback, and writes nothing. Ctrl-C during sampling exits 130 and
 writes nothing.
 

@@ -320,7 +320,8 @@ def test_bad_arguments_raise_value_error_naming_them(kwargs, match):
 
 
 def test_nystrom_krr_small_noise_equals_sor_mean():
-    """Nyström KRR and SoR have the same mean (DESIGN §3.1). With σ = 1e-7, s² = 1, the mean itself is well
+    """Nyström KRR and SoR have the same mean (docs/mathematics.md#five-formulations-one-mean). With σ =
+    1e-7, s² = 1, the mean itself is well
     defined (SoR's weight-space path gets it to ~1e-12); nystrom_krr evaluated right to left as written
     returned 0.546 where SoR gives −0.003, hence its push-through evaluation."""
     rng = np.random.default_rng(0)

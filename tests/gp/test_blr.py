@@ -1,4 +1,6 @@
-"""Bayesian linear regression (Bishop §3.3, §3.5; DESIGN §3.5) against dense NumPy/SciPy references.
+"""Bayesian linear regression (Bishop §3.3, §3.5;
+docs/mathematics.md#bayesian-linear-regression-and-the-equivalent-kernel) against dense NumPy/SciPy
+references.
 
 Every reference is the textbook formula evaluated with ``numpy.linalg`` on small matrices: S_N as an
 explicit inverse, m_N = β S_N Φᵀ t, the equivalent kernel β Φ S_N Φ'ᵀ, and the evidence as the density
@@ -160,7 +162,8 @@ def test_log_evidence_gradient_gives_bishop_reestimation_equations(rng, dim, n, 
 
 
 def test_float32_runs_with_float32_tolerance(rng):
-    """DESIGN §5: float32 inputs stay float32 and agree with float64 to the float32 tolerance."""
+    """docs/mathematics.md#numerics: float32 inputs stay float32 and agree with float64 to the float32
+    tolerance."""
     Phi, Phi_test, t = _problem(rng, 1, 20, 9, True)
     ref = blr.predictive(Phi_test, blr.posterior(Phi, t, 2.0, 25.0), 25.0)
     f32 = np.float32

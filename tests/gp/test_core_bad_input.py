@@ -1,4 +1,5 @@
-"""Bad input at the public entry points of :mod:`bayes_rbfn.gp.conditional` (DESIGN §5: clear errors, never
+"""Bad input at the public entry points of :mod:`bayes_rbfn.gp.conditional` (docs/mathematics.md#numerics:
+clear errors, never
 NaN).
 
 Every public entry point that takes the offending argument must raise ``ValueError`` whose message names

@@ -1,4 +1,4 @@
-"""GP ↔ Bayesian linear regression (Mason's recipe, DESIGN §3.6).
+"""GP ↔ Bayesian linear regression (Mason's recipe, docs/mathematics.md#a-gp-as-bayesian-linear-regression).
 
 * Dense SE basis functions of lengthscale ℓ/√2 with weights N(0, I) converge, as the grid of centres
   fills the line, to the SE-kernel GP of lengthscale ℓ: the prior covariance ΦΦᵀ and the regression

@@ -1,4 +1,4 @@
-"""The facts of DESIGN §3.1–§3.3 and the numerical rules of §5, each against a dense NumPy/SciPy reference.
+"""The facts of docs/mathematics.md and the numerical rules of §5, each against a dense NumPy/SciPy reference.
 
 Every expected value comes from :mod:`reference` (dense matrices, ``numpy.linalg.solve``,
 ``scipy.stats.multivariate_normal``), never from the code under test. Tolerances are conftest's, keyed by
@@ -189,7 +189,8 @@ def test_map_maximises_the_weight_posterior(problem):
 
 
 def test_sor_function_space_equals_weight_space(problem):
-    """conditional.sor (weight space) vs the joint-Gaussian conditional of DESIGN §3.2: mean, full cov."""
+    """conditional.sor (weight space) vs the joint-Gaussian conditional of
+    docs/mathematics.md#function-space-and-weight-space-agree: mean, full cov."""
     kernel, X, y, Z, noise = problem.args
     Kfu, Kuu, Ksu = problem.dense()
     mean, cov = ref.sor_function_space(Kfu, Kuu, Ksu, y, noise)

@@ -1,4 +1,5 @@
-"""Kernel interpolation, polyharmonic splines and the power function (Bindel; DESIGN §3.7).
+"""Kernel interpolation, polyharmonic splines and the power function (Bindel;
+docs/mathematics.md#kernels-and-interpolation).
 
 References are dense NumPy: ``numpy.linalg.solve`` on K c = f and on the saddle-point system (built here
 with monomials in raw coordinates, independently of the library's scaled tail), and the noise-free GP

@@ -1,4 +1,4 @@
-"""Kernels (DESIGN §2, §3.7; STYLE "a kernel is a small value").
+"""Kernels (docs/mathematics.md#notation, §3.7; STYLE "a kernel is a small value").
 
 Every Gram matrix is compared with the NumPy formula of :mod:`reference` (float64, RTOL 1e-8). The pytree
 tests show that ``jit``, ``vmap`` and ``grad`` pass through kernels, and that hyperparameter gradients stay

@@ -263,7 +263,8 @@ def test_z_equals_x_recovers_exact_gp(method, dim):
 
 
 def test_z_equals_x_sor_lacks_power_function():
-    """DESIGN §3.3: with Z = X, SoR's variance falls short of the exact GP's by K_** − K_*X K_XX⁻¹ K_X*."""
+    """docs/mathematics.md#inducing-inputs-at-the-data: with Z = X, SoR's variance falls short of the exact
+    GP's by K_** − K_*X K_XX⁻¹ K_X*."""
     p = _grid_problem(1)
     kernel, X, y, noise = p.kernel, p.X, p.y, p.noise
     sor = conditional.sor(kernel, X, y, X, noise, p.X_test, jitter=0.0)

@@ -97,7 +97,8 @@ def test_weights_only_fit_converged(weights_only_fit):
 
 @pytest.mark.parametrize("point", range(len(X_TEST)), ids=[f"x={x:g}" for x in X_TEST])
 def test_rbfn_weight_draws_match_sor_mean(weights_only_fit, point):
-    """Sample mean of f* = K_*u α over NUTS draws of α equals the SoR predictive mean (DESIGN §3.2)."""
+    """Sample mean of f* = K_*u α over NUTS draws of α equals the SoR predictive mean
+    (docs/mathematics.md#function-space-and-weight-space-agree)."""
     idata, mean, _ = weights_only_fit
     f = idata.predictions["f_mean"].values[..., point]
     assert_within_mcse(f, mean[point], f"E[f*] at x={X_TEST[point]}")
@@ -329,7 +330,7 @@ def test_user_model_with_sparse_gp_samples_the_sor_posterior(full_fits, user_spa
 
 
 def test_inference_data_contract(full_fits):
-    """Exactly the groups and names of DESIGN §6; az.loo works on the stored LOO conditionals."""
+    """Exactly the groups and names of docs/output.md; az.loo works on the stored LOO conditionals."""
     _, y, sor, _ = full_fits
     assert set(sor.groups()) == {
         "posterior",

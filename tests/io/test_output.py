@@ -1,4 +1,4 @@
-"""Atomic output folders (DESIGN §6): refusal, overwrite, and nothing half-written after a failure."""
+"""Atomic output folders (docs/output.md): refusal, overwrite, and nothing half-written after a failure."""
 
 import errno
 import json

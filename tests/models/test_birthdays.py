@@ -80,29 +80,9 @@ def test_log_density_matches_dense_gaussian(frame):
     trace = handlers.trace(handlers.substitute(B.birthdays_model, data=values)).get_trace(X, Z, period, y)
     got = trace["y"]["fn"].log_prob(jnp.asarray(y))
 
-    t = X[:, 0]
-    # The centred week trend: g = K_fu K_uu⁻¹ u (jitter 1e-8 × the mean diagonal).
-    week = {"kind": "se", "lengthscale": 0.8, "variance": 0.09}
-    Kuu_week = ref.gram(week, Z["week"]) + 1e-8 * 0.09 * np.eye(4)
-    g = ref.gram(week, t, Z["week"]) @ np.linalg.solve(Kuu_week, values["week_trend_u"])
-    assert_close(trace["week_trend"]["value"], g, rtol=1e-9)
-    onehot_week = np.exp(g)[:, None] * (X[:, 1:2] == np.arange(7.0))
-    holidays = X[:, 3:6]
-    se = {"kind": "se", "lengthscale": 0.7, "variance": 0.81}
-    per = {"kind": "periodic", "lengthscale": 0.6, "variance": 0.16, "period": period}
-    blocks = [  # (K_fu, K_uu) per component, in the model's order
-        (np.ones((len(t), 1)), np.ones((1, 1))),
-        (ref.gram(se, t, Z["trend"]), ref.gram(se, Z["trend"])),
-        (ref.gram(per, t, Z["year"]), ref.gram(per, Z["year"])),
-        (onehot_week, np.eye(7)),
-        (holidays, np.eye(3)),
-    ]
-    # The package's jitter policy on the block-diagonal K_uu: 1e-8 × its mean diagonal.
-    sizes = [Kuu.shape[0] for _, Kuu in blocks]
-    jitter = 1e-8 * sum(np.trace(Kuu) for _, Kuu in blocks) / sum(sizes)
-    Q = sum(Kfu @ np.linalg.solve(Kuu + jitter * np.eye(len(Kuu)), Kfu.T) for Kfu, Kuu in blocks)
-    # The day-of-year effects, integrated out: τ² H Hᵀ with H the one-hot day of the year.
-    same_day = X[:, 2][:, None] == X[:, 2][None, :]
-    C = Q + 0.2**2 * same_day + 0.25 * np.eye(len(t))
-    want = scipy.stats.multivariate_normal(np.zeros(len(t)), C).logpdf(y)
+    dense = ref.birthdays_blocks(values, X, Z, period)
+    assert_close(trace["week_trend"]["value"], dense["g"], rtol=1e-9)
+    H = dense["H"]
+    C = sum(dense["Q"].values()) + 0.2**2 * H @ H.T + 0.25 * np.eye(len(y))
+    want = scipy.stats.multivariate_normal(np.zeros(len(y)), C).logpdf(y)
     assert_close(got, want, rtol=1e-9)

@@ -300,7 +300,8 @@ def _grid_case(dim: int) -> Case:
 @pytest.mark.parametrize("dim", [1, 2], ids=["1d-grid", "2d-grid"])
 def test_z_equals_x_recovers_exact_gp(name, dim):
     """With Z = X (no jitter) DTC, FITC, VFE and the augmented SoR have the exact GP's log density and
-    predictive — unlike SoR, whose variance at new points lacks the power function (DESIGN §3.3)."""
+    predictive — unlike SoR, whose variance at new points lacks the power function
+    (docs/mathematics.md#inducing-inputs-at-the-data)."""
     c = _grid_case(dim)
     config = _config(jitter=0.0)
     data, params, X_test = c.data(), c.jparams(), jnp.asarray(c.X_test)
@@ -340,7 +341,8 @@ def test_variance_ordering(case):
 @pytest.mark.parametrize("name", ["sor", *SPARSE])
 def test_far_from_inducing_inputs(case, name):
     """Far from Z (and X): SoR's latent variance collapses to 0 (y*'s to σ²); DTC, FITC, VFE and asor
-    revert to the prior, mean c and variance s² (DESIGN §3.4)."""
+    revert to the prior, mean c and variance s²
+    (docs/mathematics.md#the-sor-family-and-its-variance-collapse)."""
     X_far = jnp.asarray(np.full((3, case.X.shape[1]), 60.0) * np.array([[1.0], [-1.0], [2.0]]))
     mean, var = get_model(name).predict(case.jparams(), case.data(), CONFIG, X_far)
     s2 = case.params["variance"]

@@ -202,7 +202,7 @@ def test_vfe_pseudo_posterior_prefers_longer_lengthscales(comparison):
 
 def test_fitted_variances_far_from_inducing_inputs(comparison):
     """At the far prediction inputs, per draw: SoR's latent variance is ~0; DTC's, FITC's and VFE's equal
-    that draw's prior variance s² (DESIGN §3.4)."""
+    that draw's prior variance s² (docs/mathematics.md#the-sor-family-and-its-variance-collapse)."""
     cmp, _ = comparison
     far = slice(-FAR.shape[0], None)
     for name in SPARSE:
