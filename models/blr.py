@@ -25,7 +25,7 @@ Posterior variables: ``alpha``, ``beta`` and the deterministic ``noise`` = 1/√
 deviation of docs/mathematics.md#notation, so the generic predictive (y* bands) and diagnostics find it under
 its usual name.
 
-Choices (documented, as the issue asks):
+Choices:
 
 * **Basis width — fixed, not sampled.** ``s_d = WIDTH_FACTOR × Δ_d`` with ``Δ_d`` the spacing of a regular
   grid of M points spanning the centres' bounding box in dimension d, ``Δ_d = range_d(Z) / (M^{1/D} − 1)``

@@ -11,7 +11,7 @@ network is the layer :func:`bayes_rbfn.models.layers.rbfn` named ``"f"`` (sites 
 weights NUTS moves; ``f_alpha``, the weights α; ``f``, the latent at X), and the data are one plate of
 the likelihood's observed site ``y``.
 
-Choices (documented, as the issue asks):
+Choices:
 
 * the per-draw predictive is f* = m(x*) + K_*u α from the sampled weights, with ``f_var = 0``: given
   (θ, α) the latent is known, and the mixture over draws (law of total variance) carries all the

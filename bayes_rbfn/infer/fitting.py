@@ -563,8 +563,8 @@ def fit(
             any of them by name (``chains``, ``draws``, ``warmup``, ``seed``, ``progress``,
             ``target_accept``, ``dense_mass``, ``max_tree_depth``, ``chain_method``, ``init``,
             ``checkpoint``, ``chunk_size``; defaults as :class:`SamplerSettings`: 4 chains × (1,000
-            warm-up + 1,000 draws), seed 0, target_accept 0.8, diagonal mass matrix, tree depth 10), not
-            both.
+            warm-up + 1,000 draws), seed 0, target_accept 0.8, the mass matrix of ``dense_mass`` below,
+            tree depth 10), not both.
         chains, draws, warmup: NUTS settings (positive integers). seed: PRNG seed.
         progress: show a progress bar.
         X_pred: (S, D) inputs for the stored per-draw predictive moments (default X).
@@ -604,7 +604,7 @@ def fit(
             compare ``log_density`` with float64 over the posterior's range of lengthscales first.
         check_diagnostics: warn (:class:`~bayes_rbfn.infer.diagnostics.ConvergenceWarning`) on poor r_hat,
             ESS or divergences.
-        shard: data parallelism for the ``sor`` and ``rbfn`` models' O(NM²) pass: ``True`` shards the data
+        shard: data parallelism for the ``sor`` model's O(NM²) pass: ``True`` shards the data
             over every JAX device (:func:`bayes_rbfn.gp.parallel.data_mesh`), or pass a
             :class:`jax.sharding.Mesh` with a ``"data"`` axis. Chains then run one after the other, each
             using all devices (chains in parallel, one per device, is the default without ``shard``).
