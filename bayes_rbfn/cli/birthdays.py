@@ -20,15 +20,10 @@ from typing import Any
 from bayes_rbfn.cli.common import UserError, duration, summary_table
 from bayes_rbfn.cli.options import slug
 
-__all__ = ["DESCRIPTION", "NAME", "BirthdaysPlan", "plan", "sample", "summarise", "wanted", "write"]
+__all__ = ["NAME", "BirthdaysPlan", "plan", "sample", "summarise", "wanted", "write"]
 
-#: The data set's name for ``--dataset``.
+#: The data set's name for ``--dataset`` (its description: ``planning.CASE_STUDIES``).
 NAME = "birthdays"
-
-#: Its line in the lists of data sets.
-DESCRIPTION = (
-    "US births per day 1969–1988 (7,305 days), the Birthdays case study's additive model; option --years"
-)
 
 #: Options of ``fit`` that choose a model or its data for other data sets: (attribute, flag).
 _NOT_APPLICABLE = (

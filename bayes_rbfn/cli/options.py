@@ -19,6 +19,7 @@ from bayes_rbfn.defaults import INITS, MAP_START_MIN_POINTS, MAX_TREE_DEPTH
 from bayes_rbfn.io.datasets import Dataset, list_datasets, load_dataset
 from bayes_rbfn.io.reader import read_xy_csv
 from bayes_rbfn.workflows.planning import (
+    CASE_STUDIES,
     DATASET_TREE_DEPTHS,
     DEFAULT_DATASET,
     DEFAULT_MAX_TREE_DEPTH,
@@ -157,9 +158,7 @@ def kernel_names() -> list[str]:
 def dataset_descriptions() -> dict[str, str]:
     """The packaged data sets with their one-line descriptions, and the collection's case studies that
     bring their own model (``birthdays``)."""
-    from bayes_rbfn.cli import birthdays
-
-    return {**list_datasets(), birthdays.NAME: birthdays.DESCRIPTION}
+    return {**list_datasets(), **CASE_STUDIES}
 
 
 def dataset_names() -> list[str]:
@@ -321,8 +320,8 @@ def load_data(args: argparse.Namespace, default_dataset: str = DEFAULT_DATASET) 
             f"({PROG} fit DATA.csv --x COL --y COL), or drop {'/'.join(given)} to fit a packaged data set"
         )
     name = args.dataset or default_dataset
-    if name == "birthdays":
-        raise UserError(f"--dataset birthdays: '{PROG} fit --dataset birthdays' fits it, with its own model")
+    if name in CASE_STUDIES:
+        raise UserError(f"--dataset {name}: '{PROG} fit --dataset {name}' fits it, with its own model")
     options: dict[str, Any] = {}
     if max_groups is not None and name == "fertility":
         options["max_groups"] = max_groups

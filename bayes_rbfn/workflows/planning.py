@@ -13,6 +13,7 @@ import numpy as np
 from bayes_rbfn.io.datasets import Dataset
 
 __all__ = [
+    "CASE_STUDIES",
     "DATASET_KERNELS",
     "DATASET_MEANS",
     "DATASET_MODELS",
@@ -43,6 +44,13 @@ MIN_ROWS = 3
 
 #: The main job's defaults (``bayes-rbfn fit`` with no arguments). Measured on a 2-core machine: see README.
 DEFAULT_DATASET = "co2"
+
+#: The packaged case studies that bring their own model (``bayes-rbfn fit --dataset NAME`` fits it), with
+#: their line in the lists of data sets.
+CASE_STUDIES = {
+    "birthdays": "US births per day 1969–1988 (7,305 days), the Birthdays case study's additive model; "
+    "option --years",
+}
 
 
 DEFAULT_MODEL = "sor"
