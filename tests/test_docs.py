@@ -1,4 +1,6 @@
-"""The project's documentation is its own: no citation of a document outside the repository, and every
+"""The project's documentation is its own: the site (``mkdocs.yml``: the pages of ``docs/``, the API
+reference from the docstrings, the rendered notebooks) builds with warnings as errors; no file cites a
+document outside the repository, and every
 reference to a page of ``docs/`` — a Markdown link, or a page and section in a docstring — names a
 page that exists and a section heading on it (GitHub's anchors: the heading in lower case, punctuation
 dropped, spaces as hyphens)."""
@@ -7,6 +9,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,3 +73,18 @@ def test_relative_markdown_links_resolve():
             if not target.is_file() or (anchor and anchor not in _anchors(target)):
                 broken.append(f"{source.relative_to(ROOT)}: {match.group(0)}")
     assert not broken, broken
+
+
+def test_site_builds_with_warnings_as_errors(tmp_path):
+    built = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    pages = ("index.html", "mathematics/index.html", "api/index.html", "notebooks/07_birthdays/index.html")
+    for page in pages:
+        assert (tmp_path / page).is_file(), page
+    assert "SparseGP" in (tmp_path / "api" / "index.html").read_text()
