@@ -21,21 +21,28 @@ Every model is generative: it ends in the observed site ``numpyro.sample("y", <d
 
 from __future__ import annotations
 
+import functools
+import importlib
+import pkgutil
+
 from bayes_rbfn.models.spec import ModelConfig, ModelSpec
 
 
+@functools.cache
 def model_specs() -> dict[str, ModelSpec]:
-    """Every registered model, name → spec."""
-    from bayes_rbfn.models import exact, grouped, rbfn, sor
+    """Every model of the collection, name → spec, in the order of their ``rank``.
 
-    specs = [sor.SPEC, rbfn.SPEC, exact.SPEC, grouped.SPEC]
-    for optional in ("sparse_models", "blr"):
-        try:
-            module = __import__(f"bayes_rbfn.models.{optional}", fromlist=["SPECS"])
-        except ImportError:
-            continue
-        specs.extend(module.SPECS)
-    return {s.name: s for s in specs}
+    A model is registered by being in the collection: every module of this package that defines ``SPEC``
+    (one :class:`ModelSpec`) or ``SPECS`` (several) contributes them. A module that fails to import raises.
+    """
+    specs: list[ModelSpec] = []
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        found = getattr(module, "SPECS", None)
+        if found is None and isinstance(getattr(module, "SPEC", None), ModelSpec):
+            found = (module.SPEC,)
+        specs.extend(found or ())
+    return {s.name: s for s in sorted(specs, key=lambda s: (s.rank, s.name))}
 
 
 def get_model(model: str | ModelSpec) -> ModelSpec:

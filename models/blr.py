@@ -73,7 +73,7 @@ from bayes_rbfn.models.common import ModelMarginal, observe
 from bayes_rbfn.models.families import DataScales, KernelFamily
 from bayes_rbfn.models.spec import ModelConfig, ModelSpec
 
-__all__ = ["FAMILY", "SPEC", "SPECS", "WIDTH_FACTOR", "basis_kernel", "basis_width", "design_matrix"]
+__all__ = ["FAMILY", "SPEC", "WIDTH_FACTOR", "basis_kernel", "basis_width", "design_matrix"]
 
 #: Width of every Gaussian basis function in units of the centre spacing (see the module docstring).
 WIDTH_FACTOR = 1.0
@@ -245,6 +245,5 @@ SPEC = ModelSpec(
     uses_inducing=True,
     description="Bishop BLR: Gaussian basis functions at Z, α and β sampled, weights marginalised (evidence)",
     family=FAMILY,
+    rank=20,
 )
-
-SPECS = [SPEC]

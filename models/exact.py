@@ -57,4 +57,5 @@ SPEC = ModelSpec(
     log_likelihood=log_likelihood,
     uses_inducing=False,
     description="exact GP: y ~ N(c, K_ff + σ²I), O(N³); the reference for small N",
+    rank=3,
 )

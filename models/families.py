@@ -84,6 +84,7 @@ import numpy as np
 import numpyro.distributions as dist
 
 from bayes_rbfn.gp import kernels as K
+from bayes_rbfn.models.likelihoods import noise_prior
 
 __all__ = [
     "FAMILIES",
@@ -144,7 +145,7 @@ class KernelFamily:
     def default_priors(self, scales: DataScales) -> dict[str, dist.Distribution]:
         """Default priors for the kernel hyperparameters and the noise."""
         priors = self.priors(scales)
-        priors["noise"] = dist.LogNormal(float(np.log(0.2 * scales.y_sd)), 1.0)
+        priors["noise"] = noise_prior(scales.y_sd)
         return priors
 
 

@@ -286,4 +286,5 @@ SPEC = ModelSpec(
     grouped=True,
     prepare=layout,
     predictive_inputs=("group",),
+    rank=4,
 )

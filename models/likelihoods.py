@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 
-__all__ = ["LIKELIHOODS", "Likelihood", "get_likelihood"]
+__all__ = ["LIKELIHOODS", "Likelihood", "get_likelihood", "noise_prior"]
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,9 @@ class Likelihood:
             )
 
 
-def _noise_prior(y_sd: float) -> dist.Distribution:
+def noise_prior(y_sd: float) -> dist.Distribution:
+    """The noise σ's default prior, LogNormal(log(0.2 sd(y)), 1), for every Gaussian model of the
+    collection and the Gaussian and Student-t likelihoods."""
     return dist.LogNormal(float(np.log(0.2 * y_sd)), 1.0)
 
 
@@ -124,7 +126,7 @@ LIKELIHOODS: dict[str, Likelihood] = {
             params=("noise",),
             link="identity",
             observe=lambda f, p: dist.Normal(f, p["noise"]),
-            default_priors=lambda y_sd: {"noise": _noise_prior(y_sd)},
+            default_priors=lambda y_sd: {"noise": noise_prior(y_sd)},
             description="y ~ Normal(f, σ) (default; the weights can be marginalised)",
         ),
         Likelihood(
@@ -132,7 +134,7 @@ LIKELIHOODS: dict[str, Likelihood] = {
             params=("noise", "df"),
             link="identity",
             observe=lambda f, p: dist.StudentT(p["df"], f, p["noise"]),
-            default_priors=lambda y_sd: {"noise": _noise_prior(y_sd), "df": dist.Gamma(2.0, 0.1)},
+            default_priors=lambda y_sd: {"noise": noise_prior(y_sd), "df": dist.Gamma(2.0, 0.1)},
             description="y ~ StudentT(ν, f, σ), robust to outliers; ν ~ Gamma(2, 0.1) or fixed",
         ),
         Likelihood(

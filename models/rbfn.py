@@ -102,4 +102,5 @@ SPEC = ModelSpec(
     unstored_sites=(LAYER,),
     variance_collapses=True,
     samples_weights=True,
+    rank=2,
 )

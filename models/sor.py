@@ -23,7 +23,7 @@ from bayes_rbfn.models.common import observe, prior_mean, sample_parameters
 from bayes_rbfn.models.distributions import SparseGP
 from bayes_rbfn.models.spec import ModelConfig, ModelSpec
 
-__all__ = ["SPEC", "log_density", "log_likelihood", "marginal", "model", "predict"]
+__all__ = ["SPEC", "kernel_and_noise", "log_density", "log_likelihood", "marginal", "model", "predict"]
 
 
 def model(data: dict, config: ModelConfig) -> None:
@@ -38,7 +38,7 @@ def model(data: dict, config: ModelConfig) -> None:
 
 def marginal(params: dict, data: dict, config: ModelConfig, approx: str = "sor") -> SparseGP:
     """The distribution of y given one set of parameters: the sparse GP marginal, streamed."""
-    kernel, noise = _kernel(params, config)
+    kernel, noise = kernel_and_noise(params, config)
     return SparseGP(
         kernel,
         data["X"],
@@ -60,7 +60,8 @@ def log_density(params: dict, data: dict, config: ModelConfig):
     return marginal(params, data, config).log_prob(data["y"])
 
 
-def _kernel(params: dict, config: ModelConfig):
+def kernel_and_noise(params: dict, config: ModelConfig):
+    """(the kernel, σ) of one draw ``params``: the family's kernel built from its hyperparameters."""
     return config.family.build(params), params["noise"]
 
 
@@ -94,4 +95,5 @@ SPEC = ModelSpec(
     shards_data=True,
     takes_precision=True,
     description="SoR (Nyström) GP: y ~ N(c, Q_ff + σ²I), weights marginalised, O(NM²)",
+    rank=1,
 )

@@ -103,10 +103,6 @@ __all__ = [
 ASOR_POINT_BATCH = 32
 
 
-def _kernel(params: dict, config: ModelConfig):
-    return config.family.build(params), params["noise"]
-
-
 def _numpyro_model(approx: str, doc: str) -> Callable[[dict, ModelConfig], None]:
     """A NumPyro model: hyperparameters ~ priors (or pinned), then y ~ ``SparseGP(approx=approx)``."""
 
@@ -298,7 +294,7 @@ def asor_predict(params: dict, data: dict, config: ModelConfig, X_test: jax.Arra
 
     See :func:`augmented_sor_predict`: SoR's posterior, with each test input added to the inducing inputs.
     """
-    kernel, noise = _kernel(params, config)
+    kernel, noise = sor.kernel_and_noise(params, config)
     y = centred_y(params, data, config)
     factor, _ = sparse.training_factor(
         "sor",
@@ -329,6 +325,7 @@ SPECS = (
         uses_inducing=True,
         takes_precision=True,
         description="DTC: SoR's likelihood, predictive with the exact K_** (no variance collapse), O(NM²)",
+        rank=10,
     ),
     ModelSpec(
         name="fitc",
@@ -338,6 +335,7 @@ SPECS = (
         uses_inducing=True,
         takes_precision=True,
         description="FITC: y ~ N(c, Q_ff + diag(K_ff − Q_ff) + σ²I) and its predictive, O(NM²)",
+        rank=11,
     ),
     ModelSpec(
         name="vfe",
@@ -347,6 +345,8 @@ SPECS = (
         uses_inducing=True,
         takes_precision=True,
         description="VFE: Titsias's bound as log likelihood (a pseudo-posterior), DTC's predictive, O(NM²)",
+        generative=False,
+        rank=12,
     ),
     ModelSpec(
         name="asor",
@@ -356,5 +356,6 @@ SPECS = (
         uses_inducing=True,
         takes_precision=True,
         description="augmented SoR: trained as SoR, each test input added to Z to predict, O(NM) per point",
+        rank=13,
     ),
 )

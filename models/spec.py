@@ -100,6 +100,21 @@ class ModelSpec:
     #: Inputs the predictive needs at each test point besides X_test, in ``predict``'s order after it
     #: (the grouped model's ``("group",)``: the group code of every test point).
     predictive_inputs: tuple[str, ...] = ()
+    #: Its log density is a density of y, so data simulated from the prior are a draw of the model and
+    #: simulation-based calibration applies (False for ``vfe``, whose bound is not a density).
+    generative: bool = True
+    #: Where the collection's listings put it (lower first; ties by name).
+    rank: int = 100
+
+    def check_likelihood(self, likelihood: str) -> None:
+        """Raise a ``ValueError`` naming ``likelihood`` where the model does not take it: a model that
+        marginalises its weights takes only the Gaussian likelihood, the weight-space ``rbfn`` any."""
+        if likelihood not in self.likelihoods:
+            takes = " or ".join(map(repr, self.likelihoods))
+            raise ValueError(
+                f"likelihood: {likelihood!r} needs the weight-space model rbfn; the {self.name!r} model "
+                f"marginalises its weights, which only the {takes} likelihood allows"
+            )
 
     @property
     def takes_linear_mean(self) -> bool:

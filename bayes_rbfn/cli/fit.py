@@ -258,11 +258,10 @@ def _model_for(args: argparse.Namespace, data: Dataset, notes: list[str]) -> tup
     )
     spec = get_model(model)
     mean = args.mean or planning.default_mean(packaged, takes_linear_mean=spec.takes_linear_mean)
-    if likelihood.name not in spec.likelihoods:
-        raise UserError(
-            f"--likelihood {likelihood.name} needs the weight-space model (--model rbfn): the {model!r} "
-            "model marginalises its weights, which only the gaussian likelihood allows"
-        )
+    try:
+        spec.check_likelihood(likelihood.name)
+    except ValueError as err:
+        raise option_error(err) from None
     try:
         likelihood.check(data.y)
     except ValueError as err:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from bayes_rbfn.cli.common import Console, UserError, command, configure_jax, duration, quiet_libraries
-from bayes_rbfn.cli.options import one_of, output_arguments, positive_int, seed
+from bayes_rbfn.cli.options import one_of, option_error, output_arguments, positive_int, seed
 
 __all__ = ["SBC_ALPHA"]
 
@@ -103,11 +103,12 @@ def _run_sbc(args: argparse.Namespace, console: Console) -> int:
         raise UserError(f"argument --noise-scale: must be a finite number ≥ 1, got {args.noise_scale:g}")
     if args.noise_scale != 1 and args.likelihood != "gaussian":
         raise UserError("--noise-scale needs the gaussian likelihood (it scales the noise σ)")
-    if args.likelihood != "gaussian" and args.model != "rbfn":
-        raise UserError(
-            f"--likelihood {args.likelihood} needs --model rbfn (the {args.model!r} model "
-            "marginalises its weights, which only the gaussian likelihood allows)"
-        )
+    from bayes_rbfn.models import get_model
+
+    try:
+        get_model(args.model).check_likelihood(args.likelihood)
+    except ValueError as err:
+        raise option_error(err) from None
     if args.thin > args.draws:
         raise UserError(f"--thin {args.thin} is more than --draws {args.draws}: no draw would be kept")
     if args.num_inducing > args.n:

@@ -47,7 +47,6 @@ import numpy as np
 from bayes_rbfn.gp.validation import is_concrete
 
 __all__ = [
-    "KERNELS",
     "ActiveDims",
     "Additive",
     "Categorical",
@@ -789,17 +788,3 @@ def additive(parts: Any, n_inputs: int) -> tuple[Additive, jax.Array]:
         components[name] = kernel
         sizes[name] = Zc.shape[0]
     return Additive(components, sizes), jnp.concatenate(rows, axis=0)
-
-
-#: Kernel classes by short name (the families of :mod:`bayes_rbfn.models.families` use the same names).
-KERNELS: dict[str, type[Kernel]] = {
-    "se": SquaredExponential,
-    "exponential": Exponential,
-    "matern32": Matern32,
-    "matern52": Matern52,
-    "rq": RationalQuadratic,
-    "periodic": Periodic,
-    "linear": Linear,
-    "constant": Constant,
-    "white": WhiteNoise,
-}

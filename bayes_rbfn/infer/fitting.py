@@ -377,11 +377,7 @@ def build_model(
         check_scale(X[:, j], f"X[:, {j}]", INPUT_SCALES)
     check_scale(y, "y", TARGET_SCALES)
     lik = get_likelihood(likelihood)
-    if lik.name not in spec.likelihoods:
-        raise ValueError(
-            f"likelihood: the {spec.name!r} model takes only the {' or '.join(map(repr, spec.likelihoods))} "
-            f"likelihood (its weights are marginalised analytically); use model='rbfn' for {lik.name!r}"
-        )
+    spec.check_likelihood(lik.name)
     lik.check(np.asarray(y))
     mean_kind, offset = _resolve_mean(mean, spec, lik, np.asarray(y))
     if spec.family is not None:

@@ -78,6 +78,8 @@ from numpyro.infer import Predictive
 from bayes_rbfn.defaults import MAX_TREE_DEPTH
 from bayes_rbfn.gp.validation import check_positive_int
 from bayes_rbfn.infer.sampler import chain_advance, chain_init, one_device_method
+from bayes_rbfn.models import blr, model_specs
+from bayes_rbfn.models.families import DataScales
 
 __all__ = [
     "LIKELIHOODS",
@@ -92,10 +94,11 @@ __all__ = [
     "write_sbc",
 ]
 
-#: The shipped models SBC runs (``vfe`` is not generative; see the module docstring).
-MODELS = ("sor", "dtc", "asor", "fitc", "exact", "rbfn", "grouped", "blr")
+#: The shipped models SBC runs: every generative model of the collection (``vfe`` is not; see the module
+#: docstring), in the collection's order.
+MODELS = tuple(name for name, spec in model_specs().items() if spec.generative)
 #: The likelihoods of the ``rbfn`` model (the other models take ``gaussian`` only).
-LIKELIHOODS = ("gaussian", "student_t", "poisson", "negative_binomial", "bernoulli")
+LIKELIHOODS = model_specs()["rbfn"].likelihoods
 
 #: Fixed priors of the shipped models under SBC (inputs on [0, 1], a latent of unit scale). The grouped
 #: model takes the lengthscale, variance and noise priors as its population locations' priors.
@@ -105,9 +108,9 @@ PRIORS: dict[str, dist.Distribution] = {
     "noise": dist.LogNormal(math.log(0.3), 0.4),
     "df": dist.LogNormal(math.log(5.0), 0.4),
     "concentration": dist.LogNormal(math.log(5.0), 0.5),
-    # blr: the priors of bayes_rbfn.models.blr for data of unit sd (signal variance ≈ 1, noise σ ≈ 0.2)
-    "alpha": dist.LogNormal(0.5 * math.log(math.pi), 1.0),
-    "beta": dist.LogNormal(-2.0 * math.log(0.2), 2.0),
+    # blr: the model's own default priors for one input and data of unit sd (signal variance ≈ 1, noise
+    # σ ≈ 0.2)
+    **blr.FAMILY.priors(DataScales(input_range=np.ones(1), y_sd=1.0, input_dim=1)),
 }
 #: The constant prior mean of the latent per likelihood (a rate of 2 for counts; even odds for labels).
 _OFFSETS = {"poisson": math.log(2.0), "negative_binomial": math.log(2.0)}
@@ -182,8 +185,7 @@ def _shipped(model: str, likelihood: str, n: int, num_inducing: int, num_groups:
 
     spec = get_model(model)
     lik = get_likelihood(likelihood)
-    if lik.name not in spec.likelihoods:
-        raise ValueError(f"likelihood: the {model!r} model takes only {', '.join(spec.likelihoods)}")
+    spec.check_likelihood(lik.name)
     family = spec.family if spec.family is not None else get_family("se")
     names = (*family.params, *(() if spec.family is not None else lik.params))
     config = ModelConfig(family=family, priors={k: PRIORS[k] for k in names}, likelihood=lik)

@@ -485,8 +485,11 @@ def counts_csv(tmp_path):
             ["--likelihood", "bernoulli"],
             ["--likelihood: 'bernoulli' needs y to be labels 0 or 1", "rows 2, 3"],
         ),
-        (["--likelihood", "poisson", "--model", "sor"], ["--likelihood poisson needs", "--model rbfn"]),
-        (["--likelihood", "student_t", "--model", "exact"], ["--likelihood student_t needs"]),
+        (
+            ["--likelihood", "poisson", "--model", "sor"],
+            ["--likelihood: 'poisson' needs the weight-space model rbfn"],
+        ),
+        (["--likelihood", "student_t", "--model", "exact"], ["--likelihood: 'student_t' needs"]),
         (["--likelihood", "gamma"], ["--likelihood", "gamma"]),
         (["--mean", "quadratic"], ["--mean", "quadratic"]),
         (["--mean", "inf"], ["--mean", "finite"]),

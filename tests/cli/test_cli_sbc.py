@@ -58,7 +58,11 @@ def test_sbc_writes_ranks_statistics_and_plot(tmp_path, capsys):
     ("argv", "message"),
     [
         pytest.param(["--model", "vfe"], "unknown model 'vfe'", id="model-without-sbc"),
-        pytest.param(["--likelihood", "poisson"], "--likelihood poisson needs --model rbfn", id="likelihood"),
+        pytest.param(
+            ["--likelihood", "poisson"],
+            "--likelihood: 'poisson' needs the weight-space model rbfn",
+            id="likelihood",
+        ),
         pytest.param(
             ["--model", "rbfn", "--likelihood", "poisson", "--noise-scale", "2"],
             "--noise-scale needs the gaussian likelihood",

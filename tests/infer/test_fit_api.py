@@ -95,8 +95,15 @@ Y = np.sin(6 * X)
         (dict(mean=float("nan")), r"mean: must be finite"),
         (dict(model="blr", mean="linear"), r"mean: the 'blr' model takes a constant mean only"),
         (dict(likelihood="gamma"), r"likelihood: unknown likelihood 'gamma'; choose one of gaussian"),
-        (dict(likelihood="poisson"), r"likelihood: the 'sor' model takes only the 'gaussian' likelihood"),
-        (dict(model="exact", likelihood="student_t"), r"likelihood: the 'exact' model takes only"),
+        (
+            dict(likelihood="poisson"),
+            r"likelihood: 'poisson' needs the weight-space model rbfn; the 'sor' model marginalises its "
+            r"weights, which only the 'gaussian' likelihood allows",
+        ),
+        (
+            dict(model="exact", likelihood="student_t"),
+            r"likelihood: 'student_t' needs the weight-space model rbfn; the 'exact' model",
+        ),
         (dict(posterior_predictive=-1), r"posterior_predictive: must be a whole number ≥ 0"),
         (dict(prior_draws=-1), r"prior_draws: must be a whole number ≥ 0"),
         (dict(prior_draws=2.5), r"prior_draws: must be a whole number ≥ 0"),
