@@ -64,8 +64,8 @@ The drift term lets the growth rate wander over several years (El Niño years, t
 its predictive variance past the data grows with the horizon, where the smooth SE trend's stays nearly
 flat. The weekly data hardly constrain it (their likelihood prefers a 1.5-year drift that duplicates the
 medium term), so its prior is informative, and was chosen by backtest on the packaged record
-(README, "The main job"): ℓ_drift ~ LogNormal(log 5, 0.15) input units, s_drift ~ 8% of sd(y) (log-sd 0.25).
-Without it, the 95% band of a five-year forecast covered 22–38% of the held-out weeks.
+(docs/cli.md, the main job's backtests): ℓ_drift ~ LogNormal(log 5, 0.15) input units, s_drift ~ 8% of
+sd(y) (log-sd 0.25). Without it, the 95% band of a five-year forecast covered 22–38% of the held-out weeks.
 References
 ----------
 [1] Rasmussen, C. E. & Williams, C. K. I. (2006). *Gaussian Processes for Machine Learning*, §4.2, §5.4.3.

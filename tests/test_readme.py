@@ -1,10 +1,10 @@
-"""Every ```python block of README.md runs.
+"""Every ```python block of README.md and of the pages of docs/ runs.
 
-The blocks are executed in the order they appear, in one namespace, as a reader pasting them into one
-Python session would: a block may use what an earlier block defined (the NumPyro-model blocks build on each
-other's imports). Each block is compiled with README.md as its file name and its own line numbers, so a
-traceback points at the README's line. Shell blocks (``bayes-rbfn …``) are not run here: tests/cli runs the
-quick-start commands. The blocks run as written, with the sizes the README shows.
+The blocks of one page are executed in the order they appear, in one namespace, as a reader pasting them
+into one Python session would: a block may use what an earlier block of its page defined. Each block is
+compiled with its page as its file name and its own line numbers, so a traceback points at the page's
+line. Shell blocks (``bayes-rbfn …``) are not run here: tests/cli runs the commands. The blocks run as
+written, with the sizes the pages show.
 """
 
 from __future__ import annotations
@@ -15,37 +15,65 @@ from pathlib import Path
 import pytest
 from numpyro import handlers
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+LIBRARY = ROOT / "docs" / "library.md"
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.M | re.S)
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 
 
-def python_blocks() -> list[tuple[int, str]]:
-    """(first line number, source) of each ```python block of the README, in order."""
-    text = README.read_text(encoding="utf-8")
+def python_blocks(page: Path) -> list[tuple[int, str]]:
+    """(first line number, source) of each ```python block of the page, in order."""
+    text = page.read_text(encoding="utf-8")
     return [(text.count("\n", 0, m.start(1)) + 1, m.group(1)) for m in BLOCK.finditer(text)]
 
 
-def test_readme_has_python_blocks():
-    assert len(python_blocks()) >= 5
+def run_blocks(page: Path) -> dict:
+    """Run the page's blocks in order in one namespace; the namespace."""
+    namespace: dict = {"__name__": "page"}
+    for line, source in python_blocks(page):
+        code = compile("\n" * (line - 1) + source, str(page), "exec")
+        try:
+            exec(code, namespace)
+        except Exception as err:
+            raise AssertionError(f"the {page.name} block at line {line} raised {type(err).__name__}") from err
+    return namespace
+
+
+def test_readme_and_library_pages_have_python_blocks():
+    assert len(python_blocks(README)) >= 2
+    assert len(python_blocks(LIBRARY)) >= 5
+
+
+@pytest.mark.parametrize(
+    "page",
+    [p for p in PAGES if p not in (README, LIBRARY) and python_blocks(p)],
+    ids=lambda p: p.name,
+)
+def test_other_pages_blocks_run(page):
+    run_blocks(page)
+
+
+def test_readme_blocks_run_in_order():
+    namespace = run_blocks(README)
+    assert namespace["pred"].mean.shape == namespace["data"].X_test.shape[:1]
+    X = namespace["data"].X
+    for name, site in [("gp_model", "y"), ("counts_model", "k")]:
+        trace = handlers.trace(handlers.seed(namespace[name], 0)).get_trace(X, X[::10])
+        assert trace[site]["value"].shape == (X.shape[0],), name
 
 
 # The first fit is SoR on Snelson's test grid, which reaches past the data: its predictive variance
 # collapses there, as SoR's does, and fit says so.
 @pytest.mark.filterwarnings("ignore::bayes_rbfn.gp.sparse.VarianceCollapseWarning")
-def test_readme_python_blocks_run_in_order(capsys):
-    namespace: dict = {"__name__": "readme"}
-    for line, source in python_blocks():
-        code = compile("\n" * (line - 1) + source, str(README), "exec")
-        try:
-            exec(code, namespace)
-        except Exception as err:
-            raise AssertionError(f"the README.md block at line {line} raised {type(err).__name__}") from err
+def test_library_page_blocks_run_in_order():
+    namespace = run_blocks(LIBRARY)
     # What the blocks promise, besides running: the fit's predictive, the analytic layer, the RBFN model.
     assert namespace["pred"].mean.shape == namespace["data"].X_test.shape[:1]
     assert namespace["post"].mean.shape == (namespace["Xs"].shape[0],)
     X, counts = namespace["X"], namespace["counts"]
     assert namespace["replicates"].shape == (500, counts.shape[0])
-    # The two models the README defines but does not run: each simulates its observed site.
+    # The two models the page defines but does not run: each simulates its observed site.
     for name, site, args in [("model", "y", (X, X[::10])), ("count_model", "k", (X, X[::10]))]:
         trace = handlers.trace(handlers.seed(namespace[name], 0)).get_trace(*args)
         assert trace[site]["value"].shape == counts.shape, name

@@ -67,8 +67,9 @@ DATASET_KERNELS = {"co2": "co2"}
 
 
 #: Packaged data sets with their own default model and prior mean. co2: the main job forecasts, so it takes
-#: the model and mean that the backtests on the record itself calibrated (README, "The main job"): DTC keeps
-#: the prior variance past the data that SoR loses, and a sampled linear mean carries the rise forward.
+#: the model and mean that the backtests on the record itself calibrated (docs/cli.md, the main job's
+#: backtests): DTC keeps the prior variance past the data that SoR loses, and a sampled linear mean
+#: carries the rise forward.
 DATASET_MODELS = {"co2": "dtc"}
 
 

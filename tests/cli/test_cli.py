@@ -331,7 +331,7 @@ def test_fit_csv_in_a_subprocess(tmp_path):
     csv = tmp_path / "measurements.csv"
     frame.to_csv(csv, index=False)
     out = tmp_path / "fit of my data"
-    # --model sor: 58 rows of two inputs would get the exact GP by default (README, "Several inputs").
+    # --model sor: 58 rows of two inputs would get the exact GP by default (docs/cli.md#several-inputs).
     argv = [csv, "--x", "a", "b", "--y", "y", "--model", "sor", "--num-inducing", "12", "--chains", "2"]
     argv += ["--draws", "40"]
     argv += ["--warmup", "40", "--seed", "3", "--out", out]

@@ -82,7 +82,7 @@ def test_predictions_are_at_the_test_rows_in_file_order(run):
     np.testing.assert_array_equal(idata.predictions_constant_data["X_pred"].values, X_test)
     np.testing.assert_array_equal(idata.predictions_constant_data["y_test"].values, scored["y"])
     assert idata.predictions["f_mean"].shape == (1, 100, len(scored))
-    # 60 training rows of two inputs and no --model: the exact GP (README, "Several inputs").
+    # 60 training rows of two inputs and no --model: the exact GP (docs/cli.md#several-inputs).
     assert idata.posterior.attrs["bayes_rbfn_model"] == "exact"
     predictions = pd.read_csv(out / "predictions.csv")
     np.testing.assert_array_equal(predictions[["c1", "c2"]].to_numpy(), X_test)
