@@ -543,123 +543,45 @@ def fit(
 ) -> az.InferenceData:
     """Fit a model of the collection with NUTS and return ArviZ InferenceData (docs/output.md).
 
+    validate → the model bound to its data (:func:`build_model`) → the one NUTS loop
+    (:func:`bayes_rbfn.infer.sampler.run_chains`) → InferenceData. docs/library.md explains every option.
+
     Args:
-        model: a model name (``"sor"``, ``"rbfn"``, ``"exact"``, ``"grouped"``, …; see
-            :func:`bayes_rbfn.models.available_models`) or a :class:`~bayes_rbfn.models.ModelSpec`.
+        model: a model name (:func:`bayes_rbfn.models.available_models`) or a
+            :class:`~bayes_rbfn.models.ModelSpec`.
         X: (N, D) or (N,) inputs. y: (N,) targets.
-        **options: the model's options (those of :func:`build_model`: ``Z``, ``num_inducing``,
-            ``X_pred``, ``kernel``, ``priors``, ``fixed``, ``noise``, ``hyperprior``, ``likelihood``,
-            ``mean``, ``group``, ``group_pred``, ``inducing_method``, ``jitter``, ``precision``) and the
-            sampler's by name
-            (the fields of :class:`~bayes_rbfn.infer.sampler.SamplerSettings`), as follows.
-        Z: (M, D) inducing inputs; default chosen by ``inducing_method`` with M = ``num_inducing``
-            (default :func:`default_num_inducing`: min(64, distinct inputs) for one input; with
-            several, up to 256 as N allows).
-        sampler: the NUTS settings as one :class:`~bayes_rbfn.infer.sampler.SamplerSettings`; or give
-            any of them by name (``chains``, ``draws``, ``warmup``, ``seed``, ``progress``,
-            ``target_accept``, ``dense_mass``, ``max_tree_depth``, ``chain_method``, ``init``,
-            ``checkpoint``, ``chunk_size``; defaults as :class:`SamplerSettings`: 4 chains × (1,000
-            warm-up + 1,000 draws), seed 0, target_accept 0.8, the mass matrix of ``dense_mass`` below,
-            tree depth 10), not both.
-        chains, draws, warmup: NUTS settings (positive integers). seed: PRNG seed.
-        progress: show a progress bar.
-        X_pred: (S, D) inputs for the stored per-draw predictive moments (default X).
-        kernel: a family name (``"se"``, ``"matern32"``, ``"matern52"``, ``"exponential"``, ``"rq"``,
-            ``"periodic"``, ``"co2"``) whose hyperparameters NUTS samples, a family of one's own
-            (:func:`bayes_rbfn.kernel_family`: a composite kernel with the priors one sets), or a
-            :class:`~bayes_rbfn.gp.kernels.Kernel` object whose hyperparameters are held fixed.
-        priors: {name: numpyro distribution} replacing default priors (see :mod:`bayes_rbfn.models.families`).
-        fixed: {name: value} hyperparameters pinned instead of sampled. noise: shorthand for fixed noise σ.
-        hyperprior: sample the lengthscale prior's location and scale too (hierarchical prior).
-        likelihood: the observation model (:mod:`bayes_rbfn.models.likelihoods`): ``"gaussian"``
-            (default), ``"student_t"``, ``"poisson"``, ``"negative_binomial"`` or ``"bernoulli"``. Only
-            the weight-space ``"rbfn"`` model takes the non-Gaussian ones (nothing can be marginalised
-            there); counts must be whole numbers ≥ 0 and labels 0 or 1.
-        mean: the prior mean of the latent f: ``"constant"`` (default: a number fixed at the data's mean
-            — the mean of y, or for counts and labels the link of it — not sampled), ``"zero"``,
-            ``"linear"`` (m(x) = ``mean_intercept`` + (x − x̄)·``mean_slope``, both sampled under
-            Normal(ȳ, 2 sd) and Normal(0, 2 sd/range_d) priors on the scale of f; replace them with
-            ``priors=``), a number, or a callable of X (JAX-traceable, (N, D) → (N,); not for ``blr``
-            and ``grouped``, and not rebuildable from a saved file).
-        group, group_pred: (N,) and (S,) integer group codes for the grouped model.
-        target_accept, dense_mass, max_tree_depth, chain_method: NUTS/MCMC options (chains run in
-            parallel over devices when there are enough, else one after the other on a CPU and
-            vectorised on an accelerator). ``dense_mass`` None (default):
-            a dense mass matrix when the model samples at most 10 values (a few hyperparameters), else a
-            diagonal one (:data:`bayes_rbfn.infer.sampler.DENSE_MASS_MAX_PARAMS`).
-        jitter: relative jitter on K_uu (default: the policy of :mod:`bayes_rbfn.gp.linalg`).
-        precision: ``"float64"`` (default) or ``"mixed"``, for the models whose O(NM²) sums are streamed
-            (``sor``, ``dtc``, ``fitc``, ``vfe``, ``asor``): each chunk's kernel block and its products in
-            float32, the sums, factorisations and the residual sweep in float64 (:mod:`bayes_rbfn.gp.
-            parallel`, *Mixed precision*). Measured against float64 at M = 64, N = 10³–10⁶: within 1e-9
-            relative in the log density (≤ 1e-5 nats) and 2e-8 in its gradient when K_uu is well
-            conditioned (inducing inputs a few lengthscales apart: cond(K_uu) ≈ 1.5), for 1.2–1.9× the
-            speed on 2 CPU cores (1.7× at N = 10⁶); but off by ~4e-5 relative (0.9 nats at N = 10⁵, 11 at
-            10⁶) for the cond(K_uu) ~ 1e9 of dense inducing inputs (the usual 1-D case), which biases the
-            posterior. cond(K_uu) changes with the sampled lengthscale, so it is the default nowhere;
-            compare ``log_density`` with float64 over the posterior's range of lengthscales first.
-        check_diagnostics: warn (:class:`~bayes_rbfn.infer.diagnostics.ConvergenceWarning`) on poor r_hat,
-            ESS or divergences.
-        shard: data parallelism for the ``sor`` model's O(NM²) pass: ``True`` shards the data
-            over every JAX device (:func:`bayes_rbfn.gp.parallel.data_mesh`), or pass a
-            :class:`jax.sharding.Mesh` with a ``"data"`` axis. Chains then run one after the other, each
-            using all devices (chains in parallel, one per device, is the default without ``shard``).
-        log_likelihood: store the pointwise LOO conditionals (N values per draw; turn off for very large
-            N, where they take N × draws × 8 bytes).
-        checkpoint: a folder; sample in chunks of ``chunk_size`` iterations and save the draws and the
-            sampler's state there after each one (:mod:`bayes_rbfn.infer.checkpoint`). If the folder already
-            holds a checkpoint of the same call (same data, priors and settings), sampling continues from
-            it and the result equals that of an uninterrupted run, draw for draw. The folder is left in
-            place; delete it once the result is saved.
-        chunk_size: iterations per chunk with ``checkpoint``.
-        posterior_predictive: draws per chain of the ``posterior_predictive`` group, replicates
-            y_rep ~ p(y_rep | y) of the observations (f drawn from its conditional given y, then the noise:
-            :func:`bayes_rbfn.infer.replicates.posterior_replicates`): every draw up to this many,
-            thinned evenly beyond (default 1,000; ``None``: every draw; ``0``: no group). For LOO-PIT
-            use :func:`bayes_rbfn.loo_pit`, exact from the LOO conditionals.
-        prior_draws: draws from the prior to store (default 0 or None: none): the groups ``prior`` (the
-            parameters, named and dimensioned as in ``posterior``) and ``prior_predictive`` (``y``
-            simulated by the model's observed site, dims (chain, draw, obs) with one chain), computed as
-            :func:`prior_predictive` does, so that ``az.plot_ppc(idata, group="prior")`` and
-            ``az.plot_dist_comparison`` work. One compiled program simulates the draws one after the
-            other; off by default (it costs about as much as a small refit).
-        coords: ArviZ coordinates, e.g. ``{"input_dim": ["year"]}`` names the input columns (the CLI
-            passes its column names); ``obs`` and ``point`` default to 0, 1, ….
-        holdout_after, holdout: a backtest, for one input column: fit on the points with x ≤
-            ``holdout_after`` (or all but the last ``holdout`` fraction by x) and score the predictive of
-            y* on the rest (:func:`bayes_rbfn.score`: coverage of the 50/80/95% bands, interval scores,
-            CRPS, log predictive density, RMSE, MAE). The held-out points are stored as
-            ``constant_data`` ``X_holdout``/``y_holdout`` and the scores as JSON in the posterior's
-            attribute ``bayes_rbfn_backtest`` (read them with :func:`backtest_scores`). Each side needs at
-            least 10 points; Gaussian likelihood only. To score test data of one's own, fit with
-            ``X_pred=X_test`` and call :func:`bayes_rbfn.score`.
-        init: how the chains start: ``"median"`` (the prior-median start of NumPyro, identity mass
-            matrix), ``"map"`` (the posterior mode and a Laplace mass matrix, :func:`laplace_start`:
-            much shorter early warm-up trees when the posterior is narrow, e.g. for large N; falls back
-            to ``"median"`` with a warning when the mode search fails) or ``"auto"`` (default):
-            ``"map"`` from 10,000 data points on (:data:`~bayes_rbfn.defaults.MAP_START_MIN_POINTS`),
-            where the warm-up it saves is worth most, else ``"median"``. The mode is searched from the
-            prior median and from 4× shorter lengthscales; from 20,000 points on, on a random 10,000 of
-            them first (:data:`~bayes_rbfn.defaults.MAP_SEARCH_POINTS`), then on all of them from the
-            lowest end.
+        sampler: the NUTS settings as one :class:`~bayes_rbfn.infer.sampler.SamplerSettings`, or give its
+            fields by name in ``options`` (``chains``, ``draws``, ``warmup``, ``seed``, ``target_accept``,
+            ``dense_mass``, ``max_tree_depth``, ``init``, ``chain_method``, ``progress``, ``checkpoint``,
+            ``chunk_size``), not both.
+        shard: ``True`` or a :class:`jax.sharding.Mesh` with a ``"data"`` axis: split the ``sor`` model's
+            O(NM²) pass over the devices (chains then run one after the other).
+        holdout_after, holdout: a backtest for one input: fit the points with x ≤ ``holdout_after`` (or
+            all but the last ``holdout`` fraction) and score the predictive on the rest
+            (:func:`backtest_scores` reads the scores).
+        check_diagnostics: warn (:class:`~bayes_rbfn.infer.diagnostics.ConvergenceWarning`) on poor
+            r_hat, ESS or divergences.
+        log_likelihood: store the LOO conditionals (N values per draw).
+        posterior_predictive: draws per chain of replicates y_rep ~ p(y_rep | y) (default 1,000; None:
+            every draw; 0: none).
+        prior_draws: draws of the prior and the prior predictive to store (default 0: none).
+        coords: ArviZ coordinates, e.g. ``{"input_dim": ["year"]}``.
+        **options: the model's options (those of :func:`build_model`: ``Z``, ``num_inducing``, ``X_pred``,
+            ``kernel``, ``priors``, ``fixed``, ``noise``, ``hyperprior``, ``likelihood``, ``mean``,
+            ``group``, ``group_pred``, ``inducing_method``, ``jitter``, ``precision``) and the sampler's.
 
     Returns:
-        InferenceData with groups posterior, sample_stats, observed_data (y), constant_data (X, Z,
-        y_offset, x_centre), log_likelihood (y: the LOO conditionals of a GP marginal, the pointwise log
-        density of a factorised likelihood), posterior_predictive (y), predictions (f_mean, f_var of the
-        latent f, on the link scale) and predictions_constant_data (X_pred); with ``prior_draws``, prior
-        and prior_predictive (y) too.
+        InferenceData with posterior, sample_stats, observed_data, constant_data, log_likelihood,
+        posterior_predictive, predictions (f_mean, f_var at X_pred) and predictions_constant_data; with
+        ``prior_draws``, prior and prior_predictive too. In the units of the data.
 
     Warns:
-        Float32Warning: once per process, when JAX's x64 mode is off: the fit then runs in float32. Call
-            ``numpyro.enable_x64()`` before fitting (before any other JAX computation); the library does
-            not change that global flag itself.
+        Float32Warning: once per process when JAX's x64 mode is off (call ``numpyro.enable_x64()`` first).
 
     Raises:
         ValueError: a bad argument (the message names it), before sampling starts.
-        DegenerateModelError: no parameter values have a finite log density (NumPyro's "Cannot find valid
-            initial parameters"); the message names the settings that made the model degenerate.
-        NonFiniteResultError: the predictions or log-likelihood hold NaN or ±∞ — never returned as a result.
+        DegenerateModelError: no parameter values have a finite log density.
+        NonFiniteResultError: the predictions or log-likelihood hold NaN or ±∞.
     """
     _warn_if_float32()
     sampler_fields = {f.name for f in dataclasses.fields(SamplerSettings)}
