@@ -197,11 +197,8 @@ def _draws_per_step(per_draw_elements: int) -> int:
     """Draws :func:`_map_draws` evaluates side by side (``vmap``) in one step of its sequential map.
 
     A wide ``vmap`` makes every chunk's arrays that many times larger and runs the per-draw Cholesky and
-    triangular solves as batched LAPACK loops. Measured on fit's LOO log-likelihood of 500 draws (2 cores,
-    float64, 26 Nov 2026): at N = 1,000, M = 32 (work 1.3·10⁵) 0.48–0.59 s one draw at a time, 0.51–0.61 s
-    two, 0.66–0.72 s four, 1.0 s eight, 0.92–1.07 s vmapped 390 at a time (the earlier batches); at
-    N = 10⁴, M = 64 (work 2.6·10⁶) 9.0–9.3 s one at a time, 8.5–8.7 s four, 8.8–9.4 s nineteen. Tiny
-    draws (the tests' dozens of points) take four too, so a step's fixed cost is shared.
+    triangular solves as batched LAPACK loops, which on a CPU gained nothing beyond a few draws at a time
+    on fit's LOO log-likelihood; tiny draws (dozens of points) take four, so a step's fixed cost is shared.
     """
     lo, hi = ONE_DRAW_PER_STEP
     return 1 if lo <= int(per_draw_elements) < hi else DRAWS_PER_STEP

@@ -146,12 +146,10 @@ def resolve_chain_method(chains: int, requested: str | None) -> str:
     """The chain method a run uses: ``requested``; else one chain per device when there are enough
     devices; else, on a CPU, one chain after the other, and on an accelerator all chains vectorised.
 
-    On one CPU device the vectorised chains were the slower: each step of the batch lasts as long as the
-    longest of its trees, all of them evaluated, and the batched program compiles longer. Four
-    vectorised chains of 500 + 500 took 1.25–1.54× the wall time of sequential ones on four shipped
-    models (medians of 3; compilation included, fresh processes; ``benchmarks/chain_method.py``, 2-core
-    AMD EPYC, 26 Nov 2026). On an accelerator a batch keeps the device busier than one chain does; the
-    two methods have not been compared on a GPU.
+    On one CPU device vectorised chains are the slower: each step of the batch lasts as long as the
+    longest of its trees, all of them evaluated, and the batched program compiles longer (measured:
+    benchmarks/README.md, *Several chains on one CPU device*). On an accelerator a batch keeps the device
+    busier than one chain does.
     """
     if requested is not None:
         return requested
@@ -255,13 +253,9 @@ def laplace_start(
     through its Cholesky factor.
 
     Each step of the search is one call of the compiled value and gradient on the host
-    (:func:`~bayes_rbfn.infer.programs.by_program`: kept, so a refit compiles nothing). JAX's own BFGS
-    compiled its line search with the potential into one program: the first mode search at N = 10³ took
-    9–11 s, against 4.7–6.8 s now (NumPyro's initialisation included; 0.2–0.7 s once compiled, against
-    0.7–1.1 s). Its first step was the raw gradient, ~10³ in log θ at the prior median of 10³ points,
-    where its line search gave up (status 3) in a region of flat likelihood; taken for the mode, that
-    left NUTS stuck (bulk ESS 1). SciPy's first step has unit length and its line search backtracks
-    (~20–120 evaluations at N = 10³).
+    (:func:`~bayes_rbfn.infer.programs.by_program`: kept, so a refit compiles nothing). SciPy's optimisers
+    take a first step of unit length and backtrack, where a raw-gradient first step can leave a region of
+    flat likelihood that a line search then takes for the mode.
 
     The searches start from the prior median and, where the model has lengthscales, from the same point
     with every lengthscale :data:`SHORT_START_FACTOR` times shorter: the lowest end of the two is kept

@@ -451,9 +451,7 @@ def run_sbc(
             NUTS step advances all of them at once); ``None``: sequential on a CPU, vectorised on an
             accelerator (:func:`bayes_rbfn.infer.sampler.one_device_method`). On a CPU a vectorised step
             lasts as long as the longest trajectory among the replications and the batched program
-            compiles longer: the suite's SBC runs took 13–43 s one after the other against 31–77 s
-            vectorised (``sor``, ``rbfn``, ``grouped``; R = 60, 60 + 60 draws; 2 cores, 26 Nov 2026).
-            Both give replication r the same key: the same draws up to rounding.
+            compiles longer. Both give replication r the same key: the same draws up to rounding.
 
     Returns:
         :class:`SBCResult` with ranks (R, Q) of the quantities :func:`quantity_names`.
