@@ -69,7 +69,7 @@ import numpyro.distributions as dist
 
 from bayes_rbfn.gp import blr, linalg, parallel, sparse
 from bayes_rbfn.gp.kernels import SquaredExponential
-from bayes_rbfn.models.common import ModelMarginal, observe
+from bayes_rbfn.models.common import ModelMarginal, observe, sample_or_pin
 from bayes_rbfn.models.families import DataScales, KernelFamily
 from bayes_rbfn.models.spec import ModelConfig, ModelSpec
 
@@ -150,13 +150,7 @@ FAMILY = _BLRFamily(
 
 
 def _hyperparameters(config: ModelConfig) -> dict[str, jax.Array]:
-    values = {}
-    for name in _PARAMS:
-        if name in config.fixed:
-            values[name] = jnp.asarray(config.fixed[name])
-        else:
-            values[name] = numpyro.sample(name, config.priors[name])
-    return values
+    return {name: sample_or_pin(name, config.priors, config.fixed) for name in _PARAMS}
 
 
 # --------------------------------------------------------------------------------------------------

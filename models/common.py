@@ -35,6 +35,7 @@ __all__ = [
     "observe",
     "prior_mean",
     "sample_hyperparameters",
+    "sample_or_pin",
     "sample_parameters",
 ]
 
@@ -48,6 +49,14 @@ def _median(d: dist.Distribution) -> jnp.ndarray:
     if isinstance(base, dist.LogNormal):
         return jnp.exp(base.loc) * jnp.ones(d.event_shape)
     return jnp.ones(d.event_shape)
+
+
+def sample_or_pin(name: str, priors: Mapping[str, dist.Distribution], fixed: Mapping[str, Any]) -> Any:
+    """The site ``name``: its pinned value from ``fixed`` where there is one, else sampled from its prior
+    in ``priors``."""
+    if name in fixed:
+        return jnp.asarray(fixed[name])
+    return numpyro.sample(name, priors[name])
 
 
 def sample_hyperparameters(
@@ -65,9 +74,7 @@ def sample_hyperparameters(
     fixed = dict(fixed or {})
     values: dict[str, Any] = {}
     for name in (*family.params, *extra):
-        if name in fixed:
-            values[name] = jnp.asarray(fixed[name])
-        elif name == "lengthscale" and hyperprior:
+        if name == "lengthscale" and hyperprior and name not in fixed:
             prior = priors[name]
             shape = prior.event_shape
             mu = numpyro.sample("lengthscale_mu", dist.Normal(jnp.log(jnp.mean(_median(prior))), 1.0))
@@ -75,7 +82,7 @@ def sample_hyperparameters(
             z = numpyro.sample("lengthscale_z", dist.Normal(jnp.zeros(shape), 1.0).to_event(len(shape)))
             values[name] = numpyro.deterministic(name, jnp.exp(mu + tau * z))
         else:
-            values[name] = numpyro.sample(name, priors[name])
+            values[name] = sample_or_pin(name, priors, fixed)
     return family.build(values), values.get("noise"), values
 
 
@@ -86,11 +93,7 @@ def sample_parameters(config: Any) -> dict[str, Any]:
     )
     if config.mean == "linear":
         for name in LINEAR_MEAN_PARAMS:
-            values[name] = (
-                jnp.asarray(config.fixed[name])
-                if name in config.fixed
-                else numpyro.sample(name, config.priors[name])
-            )
+            values[name] = sample_or_pin(name, config.priors, config.fixed)
     return values
 
 
