@@ -74,7 +74,8 @@ def plot_trace(idata: Any, var_names: Sequence[str], path: str | os.PathLike[str
 
 def plot_rank(idata: Any, var_names: Sequence[str], path: str | os.PathLike[str]) -> None:
     """Rank plot (Vehtari et al. 2021) of scalar ``var_names``: flat, overlapping histograms per chain
-    mean the chains mix; a chain whose ranks pile up at one end has not explored the same region."""
+    mean the chains mix; a chain whose ranks pile up at one end has not explored the same region.
+    """
     import arviz as az
 
     names = list(var_names)
@@ -329,7 +330,8 @@ def plot_birthdays(idata: Any, path: str | os.PathLike[str]) -> None:
     InferenceData, in relative births (1 = the average day), posterior means over the stored draws:
     the day-of-year and floating-holiday effects of the last year with special days labelled (top); the
     data with the slow trend; the yearly cycle over the first year; each weekday's effect exp(g(t)) β_w
-    over the years."""
+    over the years.
+    """
     import pandas as pd
 
     attrs = idata.constant_data.attrs

@@ -89,7 +89,8 @@ def _load_lapack() -> None:
 
 def computes_on_cpu() -> bool:
     """Whether JAX's default backend is the CPU. Before JAX has started its backends (which this does not
-    do: the XLA flags may still be changing) the answer is yes, the one backend every install has."""
+    do: the XLA flags may still be changing) the answer is yes, the one backend every install has.
+    """
     import jax
 
     try:

@@ -87,7 +87,8 @@ DAYS_OF_YEAR = 366
 
 def holiday_indicators(dates: pd.Series) -> dict[str, np.ndarray]:
     """0/1 indicators of the floating holidays and the day after each: Memorial Day (last Monday of
-    May), Labor Day (first Monday of September), Thanksgiving (fourth Thursday of November)."""
+    May), Labor Day (first Monday of September), Thanksgiving (fourth Thursday of November).
+    """
     dates = pd.Series(pd.to_datetime(dates)).reset_index(drop=True)
     month, weekday, day = dates.dt.month, dates.dt.day_of_week, dates.dt.day
     days = {
@@ -161,7 +162,8 @@ def sample_hyperparameters() -> dict[str, Any]:
 
 def centres(X: Any, t_sd: float, *, num_trend: int = 20, num_year: int = 30, num_week: int = 8) -> dict:
     """The centres of the smooth parts, in standardised t: the trend's and the week trend's evenly over
-    the days, the year's over one year (a periodic kernel needs no more)."""
+    the days, the year's over one year (a periodic kernel needs no more).
+    """
     t = np.asarray(X)[:, 0]
     return {
         "trend": np.linspace(t.min(), t.max(), num_trend),
@@ -173,7 +175,8 @@ def centres(X: Any, t_sd: float, *, num_trend: int = 20, num_year: int = 30, num
 def load_birthdays(years: int | None = None) -> dict[str, Any]:
     """The packaged data as the model takes them: :func:`birthdays_inputs` of the whole record, or of its
     last ``years`` years, with the centres ``Z`` (:func:`centres`) and ``period`` (one year in
-    standardised t); ``model_args`` is ``(X, Z, period, y)``."""
+    standardised t); ``model_args`` is ``(X, Z, period, y)``.
+    """
     frame = pd.read_csv(DATA)
     if years is not None:
         last = int(frame["year"].max())

@@ -180,7 +180,8 @@ def _woodbury(params: dict, data: dict):
     """The evidence's covariance ΦΦᵀ/α + I/β as the Woodbury factor of K_fu K_uu⁻¹ K_uf + I/β with
     K_fu = Φ (:func:`basis_kernel`) and L_uu = √α I, for the centred targets t.
 
-    Returns (factor, kernel, t)."""
+    Returns (factor, kernel, t).
+    """
     X, Z = data["X"], data["Z"]
     kernel = basis_kernel(Z)
     t = data["y"] - data["y_offset"]
@@ -192,7 +193,8 @@ def replicate(
     key: jax.Array, sample_shape: tuple, params: dict, data: dict, config: ModelConfig
 ) -> jax.Array:
     """Posterior predictive replicates y_rep = c + Φw + β^-½ ε with w | t ~ N(m_N, S_N), Bishop (3.53)–(3.54),
-    drawn through the weight space of :func:`bayes_rbfn.gp.sparse.replicates` (K_fu = Φ, K_uu = αI)."""
+    drawn through the weight space of :func:`bayes_rbfn.gp.sparse.replicates` (K_fu = Φ, K_uu = αI).
+    """
     factor, kernel, t = _woodbury(params, data)
     noise = 1.0 / jnp.sqrt(params["beta"])
     draws = sparse.replicates("sor", factor, kernel, data["X"], t, data["Z"], noise, key, sample_shape)

@@ -53,7 +53,8 @@ def _median(d: dist.Distribution) -> jnp.ndarray:
 
 def sample_or_pin(name: str, priors: Mapping[str, dist.Distribution], fixed: Mapping[str, Any]) -> Any:
     """The site ``name``: its pinned value from ``fixed`` where there is one, else sampled from its prior
-    in ``priors``."""
+    in ``priors``.
+    """
     if name in fixed:
         return jnp.asarray(fixed[name])
     return numpyro.sample(name, priors[name])
@@ -173,7 +174,8 @@ class ModelMarginal(SortedPytreeFields, dist.Distribution):
 
     def sample_replicates(self, key, y, sample_shape=()):
         """Posterior predictive replicates y_rep ~ p(y_rep | y) (the model's ``replicate`` hook,
-        ``replicate(key, sample_shape, params, data with y, config)``)."""
+        ``replicate(key, sample_shape, params, data with y, config)``).
+        """
         if self.replicate is None:
             raise NotImplementedError("this marginal has no conditional replicates")
         return self.replicate(key, tuple(sample_shape), self.params, {**self.data, "y": y}, self.config)

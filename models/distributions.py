@@ -114,7 +114,8 @@ APPROXIMATIONS = sparse.APPROXIMATIONS
 
 def _predictive(mean: jax.Array, moments: conditional.Gaussian, full_cov: bool) -> dist.Distribution:
     """Normal(...).to_event(1), or MultivariateNormal with the package's jitter policy on its Cholesky
-    (member by member for a batch of covariances)."""
+    (member by member for a batch of covariances).
+    """
     if full_cov:
         cov = moments.cov
         cholesky = (
@@ -130,7 +131,8 @@ def _predictive(mean: jax.Array, moments: conditional.Gaussian, full_cov: bool) 
 
 def _check_inputs(X: Any, name: str, dim: int | None = None) -> jax.Array:
     """(N, D) inputs as :func:`~bayes_rbfn.gp.validation.check_X` takes them ((N,) is one column), or a
-    batch (..., N, D) of them: finite, N ≥ 1, D matching ``dim``."""
+    batch (..., N, D) of them: finite, N ≥ 1, D matching ``dim``.
+    """
     if jnp.ndim(X) <= 2:
         return check_X(X, name, dim=dim)
     X = as_float_array(X, name)
@@ -145,7 +147,8 @@ def _check_inputs(X: Any, name: str, dim: int | None = None) -> jax.Array:
 
 def _check_noise(noise: Any, N: int, dtype: Any) -> tuple[jax.Array, int]:
     """σ as stored, and its axes per member: 0 (one σ per member; a trailing axis of length 1 is dropped)
-    or 1 (one σ per point, (..., N)). Concrete values must be finite numbers > 0."""
+    or 1 (one σ per point, (..., N)). Concrete values must be finite numbers > 0.
+    """
     if is_concrete(noise):
         try:
             arr = np.asarray(noise)
@@ -175,7 +178,8 @@ def _check_noise(noise: Any, N: int, dtype: Any) -> tuple[jax.Array, int]:
 
 def _loc(mean: Any, X: jax.Array) -> jax.Array:
     """The prior mean at X, (N,) or a batch (..., N): a number, an (N,) or (..., N) array, or a callable of
-    one member's (N, D) inputs (mapped over a batch of inputs)."""
+    one member's (N, D) inputs (mapped over a batch of inputs).
+    """
     N = X.shape[-2]
     if callable(mean):
         if X.ndim == 2:
@@ -200,7 +204,8 @@ def _lead(value: Any, k: int) -> int:
 
 def _check_kernel_shapes(kernel: Kernel, k: int, dim: int, N: int, dtype: Any) -> None:
     """One member's hyperparameters must fit one member's (N, D) inputs: lengthscales and periods a scalar
-    or one per input dimension, and the Gram matrix (N, N). Shapes only (tracers pass through)."""
+    or one per input dimension, and the Gram matrix (N, N). Shapes only (tracers pass through).
+    """
 
     def walk(kern: Kernel, d: int) -> None:
         if isinstance(kern, ActiveDims):
@@ -385,7 +390,8 @@ class _GaussianProcessMarginal(SortedPytreeFields, dist.Distribution):
 
     def _per_member(self, fn: Callable, shape: tuple[int, ...], *extra: tuple[jax.Array, int]) -> Any:
         """fn(member, *extra_member) for every member of the batch ``shape`` (this distribution's batch shape
-        broadcast with that of ``extra``: (array, its number of leading batch axes) pairs)."""
+        broadcast with that of ``extra``: (array, its number of leading batch axes) pairs).
+        """
         fields = {name: getattr(self, name) for name in self._batched_fields}
         leaves, tree = jax.tree_util.tree_flatten(fields)
         ndims = jax.tree_util.tree_leaves(self._field_batch_ndims())
@@ -419,7 +425,8 @@ class _GaussianProcessMarginal(SortedPytreeFields, dist.Distribution):
         """The same distribution with its batch broadcast to ``batch_shape`` (a :class:`SparseGP` or
         :class:`ExactGP` again, not NumPyro's ``ExpandedDistribution``, so that what ``numpyro.plate``
         makes of it keeps :meth:`sample_replicates` and the LOO methods). Nothing is copied: members
-        along the new axes share the fields, and their draws are independent."""
+        along the new axes share the fields, and their draws are independent.
+        """
         batch_shape = tuple(int(s) for s in batch_shape)
         if batch_shape == self.batch_shape:
             return self
@@ -443,7 +450,8 @@ class _GaussianProcessMarginal(SortedPytreeFields, dist.Distribution):
 
     def log_prob(self, value: jax.Array) -> jax.Array:
         """The log density of ``value`` (..., N), shape broadcast(batch_shape, value.shape[:-1]); -inf where
-        a factorisation fails (so NUTS rejects the step)."""
+        a factorisation fails (so NUTS rejects the step).
+        """
         self._check_length(value, "value")
         value = jnp.asarray(value, dtype=self.X.dtype)
         if not self.batch_shape and value.ndim == 1:
@@ -484,7 +492,8 @@ class _GaussianProcessMarginal(SortedPytreeFields, dist.Distribution):
         """Moments of the latent f* − m(X_test) at X_test given y (a
         :class:`~bayes_rbfn.gp.conditional.Gaussian`: ``mean`` (..., S) without the prior mean, ``var``
         (..., S), ``cov`` (..., S, S) when ``full_cov``; the leading axes are broadcast(batch_shape,
-        y.shape[:-1]), each member conditioned on its own y at the same X_test (S, D) or (S,))."""
+        y.shape[:-1]), each member conditioned on its own y at the same X_test (S, D) or (S,)).
+        """
         X_test = check_X(X_test, "X_test", dim=self.X.shape[-1]).astype(self.X.dtype)
         y = jnp.asarray(y, dtype=self.X.dtype)
         self._check_length(y, "y")
@@ -519,19 +528,22 @@ class _GaussianProcessMarginal(SortedPytreeFields, dist.Distribution):
         :meth:`moments`'). SparseGP: in O(NM²), under its marginal N(m, Q_ff + D) (VFE: DTC's, the density
         its bound is proportional to in y); ``exact``: how points the model interpolates (leverage near 1)
         are evaluated, as :func:`bayes_rbfn.gp.parallel.sor_loo`'s argument. ExactGP: O(N³) from the dense
-        Cholesky at every point, so ``exact`` changes nothing."""
+        Cholesky at every point, so ``exact`` changes nothing.
+        """
         return self._loo(y, exact, "log_density")
 
     def loo_pit(self, y: Any, *, exact: bool | str | None = None) -> jax.Array:
         """The N leave-one-out conditionals' CDFs at the data, P(y_i' ≤ y_i | y_−i), shape (..., N):
         Φ((y_i − μ_−i)/σ_−i) from the same passes as :meth:`loo_log_prob` (``exact`` likewise). Averaged
-        over posterior draws with PSIS weights they are LOO-PIT (:func:`bayes_rbfn.loo_pit`)."""
+        over posterior draws with PSIS weights they are LOO-PIT (:func:`bayes_rbfn.loo_pit`).
+        """
         return self._loo(y, exact, "pit")
 
     def loo_residual(self, y: Any, *, exact: bool | str | None = None) -> jax.Array:
         """The N leave-one-out residuals y_i − E[y_i | y_−i], shape (..., N), from the same passes as
         :meth:`loo_log_prob` (``exact`` likewise). Averaged over posterior draws with PSIS weights they
-        give the LOO predictive mean, and LOO-R² (:func:`bayes_rbfn.loo_r2`)."""
+        give the LOO predictive mean, and LOO-R² (:func:`bayes_rbfn.loo_r2`).
+        """
         return self._loo(y, exact, "residual")
 
     def _loo(self, y: Any, exact: bool | str | None, statistic: str) -> jax.Array:
@@ -679,7 +691,8 @@ class SparseGP(_GaussianProcessMarginal):
 
     def _factor(self, r: jax.Array) -> tuple[linalg.Woodbury, Any]:
         """Woodbury factor of C = Q_ff + diag(d) for the centred r, and d (:func:`sparse.training_factor`);
-        with group effects of C = Q_ff + diag(d) + τ² H Hᵀ (:func:`bayes_rbfn.gp.effects.factor`)."""
+        with group effects of C = Q_ff + diag(d) + τ² H Hᵀ (:func:`bayes_rbfn.gp.effects.factor`).
+        """
         if self.groups is not None:
             return self._group_factor(r)[0], self.noise**2
         return sparse.training_factor(
@@ -732,7 +745,8 @@ class SparseGP(_GaussianProcessMarginal):
     def _replicates_member(self, key: jax.Array, y: jax.Array, sample_shape: tuple[int, ...]) -> jax.Array:
         """y_rep ~ p(y_rep | y), O(NM²) for the factor and O(NM) per draw, in weight space, each
         approximation with its own training conditional (:func:`bayes_rbfn.gp.sparse.replicates`: SoR and
-        DTC deterministic given the weights, FITC's and VFE's independent diag(K_ff − Q_ff))."""
+        DTC deterministic given the weights, FITC's and VFE's independent diag(K_ff − Q_ff)).
+        """
         r = y - self.loc
         if self.groups is not None:
             factor, terms = self._group_factor(r)
@@ -758,7 +772,8 @@ class SparseGP(_GaussianProcessMarginal):
 
     def _moments_member(self, y: jax.Array, X_test: jax.Array, full_cov: bool) -> conditional.Gaussian:
         """:func:`bayes_rbfn.gp.conditional.sor_predict`. SoR: f* = K_*u α with α | y Gaussian; DTC, FITC
-        and VFE add the prior variance K_** − Q_** that the Nyström prior drops ([1] eqs. (21), (25))."""
+        and VFE add the prior variance K_** − Q_** that the Nyström prior drops ([1] eqs. (21), (25)).
+        """
         factor, _ = self._factor(y - self.loc)
         return conditional.sor_predict(
             factor,
@@ -826,7 +841,8 @@ class SparseGP(_GaussianProcessMarginal):
 
     def _loo_member(self, y: jax.Array, exact: bool | str | None, statistic: str) -> jax.Array:
         """:func:`bayes_rbfn.gp.parallel.sor_loo` under N(m, Q_ff + diag(d)), d from the factor; with group
-        effects :func:`bayes_rbfn.gp.effects.loo` (``exact`` does not apply)."""
+        effects :func:`bayes_rbfn.gp.effects.loo` (``exact`` does not apply).
+        """
         r = y - self.loc
         if self.groups is not None:
             factor, terms = self._group_factor(r)
@@ -875,7 +891,8 @@ class ExactGP(_GaussianProcessMarginal):
 
     def _replicates_member(self, key: jax.Array, y: jax.Array, sample_shape: tuple[int, ...]) -> jax.Array:
         """f from its exact conditional given y (Matheron's rule, :func:`conditional.exact_replicates`),
-        plus noise."""
+        plus noise.
+        """
         r = y - self.loc
         return self.loc + conditional.exact_replicates(self.kernel, self.X, r, self.noise, key, sample_shape)
 

@@ -116,7 +116,8 @@ def simulate_series(
     approx: str = "sor",
 ) -> jax.Array:
     """``num_series`` independent draws from :func:`several_series`'s marginal at the given
-    hyperparameters, shape (num_series, N)."""
+    hyperparameters, shape (num_series, N).
+    """
     kernel = SquaredExponential(lengthscale=lengthscale, variance=variance)
     marginal = SparseGP(kernel, X, Z, noise, approx=approx, mean=mean)
     return marginal.expand((num_series,)).sample(key)

@@ -66,6 +66,7 @@ flat. The weekly data hardly constrain it (their likelihood prefers a 1.5-year d
 medium term), so its prior is informative, and was chosen by backtest on the packaged record
 (docs/cli.md, the main job's backtests): ℓ_drift ~ LogNormal(log 5, 0.15) input units, s_drift ~ 8% of
 sd(y) (log-sd 0.25). Without it, the 95% band of a five-year forecast covered 22–38% of the held-out weeks.
+
 References
 ----------
 [1] Rasmussen, C. E. & Williams, C. K. I. (2006). *Gaussian Processes for Machine Learning*, §4.2, §5.4.3.

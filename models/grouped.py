@@ -122,7 +122,8 @@ def prepare(X, y, Z, y_offset, group, group_pred, X_pred) -> tuple[dict, dict]:
 
 def padded_index(group: np.ndarray) -> np.ndarray:
     """Where each observation sits in the flattened (G, N_max) layout: group · N_max + its rank within the
-    group (in the order of the observations), shape (N,)."""
+    group (in the order of the observations), shape (N,).
+    """
     counts = np.bincount(group)
     order = np.argsort(group, kind="stable")
     position = np.empty(group.size, dtype=np.int64)
@@ -184,7 +185,8 @@ def model(data: dict, config: ModelConfig) -> None:
 
 def simulate(key: jax.Array, sample_shape: tuple, params: dict, data: dict, config: ModelConfig) -> jax.Array:
     """Draws of the padded y (G, N_max): each group's SoR marginal N(c_g, Q^(g) + σ_g² I), drawn by
-    :meth:`~bayes_rbfn.models.distributions.SparseGP.sample` in O(NM); 0 at the padding."""
+    :meth:`~bayes_rbfn.models.distributions.SparseGP.sample` in O(NM); 0 at the padding.
+    """
     from bayes_rbfn.models.distributions import SparseGP
 
     names = (*config.family.params, "noise")
@@ -205,7 +207,8 @@ def replicate(
     key: jax.Array, sample_shape: tuple, params: dict, data: dict, config: ModelConfig
 ) -> jax.Array:
     """Posterior predictive replicates of the padded y (G, N_max) given the observed y: each group's SoR
-    conditional (:func:`bayes_rbfn.gp.sparse.replicates`) under its own factor; 0 at the padding."""
+    conditional (:func:`bayes_rbfn.gp.sparse.replicates`) under its own factor; 0 at the padding.
+    """
     by_group = {k: params[k] for k in (*config.family.params, "noise")}
 
     def one_group(p, X_g, y_g, mask_g, Z_g, c_g, key_g):
@@ -247,7 +250,8 @@ def log_likelihood(params: dict, data: dict, config: ModelConfig):
 
 def predict(params: dict, data: dict, config: ModelConfig, X_test, group_test):
     """Per-draw SoR moments at X_test, each point under its own group's hyperparameters and factor
-    (:func:`bayes_rbfn.gp.parallel.weight_space_moments` with that group's weight posterior)."""
+    (:func:`bayes_rbfn.gp.parallel.weight_space_moments` with that group's weight posterior).
+    """
     R, weights = _per_group(params, data, config, lambda f, *_: (f.weight_cov_factor(), f.weight_mean()))
     names = (*config.family.params, "noise")
     shared_Z = data["Z"].ndim == 2

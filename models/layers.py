@@ -73,7 +73,8 @@ class LayerRecord:
     @linalg.full_precision
     def predict(self, X_test: jax.Array, mean_test: Any = None) -> jax.Array:
         """f* = m(x*) + K_*u α at (S, D) inputs, shape (S,); ``mean_test`` (S,) replaces m(x*), and is
-        needed when the mean was an array at X."""
+        needed when the mean was an array at X.
+        """
         if mean_test is None and not callable(self.mean) and jnp.ndim(self.mean) != 0:
             raise ValueError(
                 "mean_test: the layer's mean was given as an array at X, so its values at X_test are "

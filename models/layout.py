@@ -77,5 +77,6 @@ def site_dims(name: str, shape: tuple[int, ...], sizes: Mapping[str, int]) -> li
 
 def is_hyperparameter(name: str, dims: tuple[str, ...]) -> bool:
     """Whether a posterior variable is a hyperparameter: not a weight (a variable along ``inducing``) nor the
-    raw variable of a non-centred parameterisation."""
+    raw variable of a non-centred parameterisation.
+    """
     return not (name.endswith(_RAW_SUFFIXES) or "inducing" in dims)

@@ -114,7 +114,8 @@ class Likelihood:
 
 def noise_prior(y_sd: float) -> dist.Distribution:
     """The noise σ's default prior, LogNormal(log(0.2 sd(y)), 1), for every Gaussian model of the
-    collection and the Gaussian and Student-t likelihoods."""
+    collection and the Gaussian and Student-t likelihoods.
+    """
     return dist.LogNormal(float(np.log(0.2 * y_sd)), 1.0)
 
 

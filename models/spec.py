@@ -108,7 +108,8 @@ class ModelSpec:
 
     def check_likelihood(self, likelihood: str) -> None:
         """Raise a ``ValueError`` naming ``likelihood`` where the model does not take it: a model that
-        marginalises its weights takes only the Gaussian likelihood, the weight-space ``rbfn`` any."""
+        marginalises its weights takes only the Gaussian likelihood, the weight-space ``rbfn`` any.
+        """
         if likelihood not in self.likelihoods:
             takes = " or ".join(map(repr, self.likelihoods))
             raise ValueError(
@@ -119,7 +120,8 @@ class ModelSpec:
     @property
     def takes_linear_mean(self) -> bool:
         """Whether the model takes ``mean="linear"``: not a grouped model (each group has its own constant
-        offset) nor one with its own family of hyperparameters (``blr``'s basis carries its own trend)."""
+        offset) nor one with its own family of hyperparameters (``blr``'s basis carries its own trend).
+        """
         return not self.grouped and self.family is None
 
 

@@ -114,6 +114,7 @@ class BirthdaysResults:
 
 
 def summarise(plan: BirthdaysPlan, idata: Any) -> BirthdaysResults:
+    """The report's contents: the summary, the convergence check, PSIS-LOO and LOO-R²."""
     from bayes_rbfn.infer.diagnostics import check_convergence, posterior_summary, psis_loo
     from bayes_rbfn.models.birthdays import HYPERPARAMETERS
 
@@ -131,7 +132,8 @@ def summarise(plan: BirthdaysPlan, idata: Any) -> BirthdaysResults:
 
 def predictions_frame(idata: Any) -> Any:
     """Per day: the date, births, and the posterior means of the fit and its components in relative births
-    (1 = the average day; the effects as departures from it)."""
+    (1 = the average day; the effects as departures from it).
+    """
     import numpy as np
     import pandas as pd
 
@@ -167,6 +169,7 @@ def write(
     start: float,
     sampling_seconds: float,
 ) -> None:
+    """Write the output folder atomically (inference.nc, CSV files, plots, report) and print the report."""
     from bayes_rbfn import plots
     from bayes_rbfn.io.netcdf import write_inference_data
     from bayes_rbfn.io.output import atomic_output_dir

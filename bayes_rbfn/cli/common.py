@@ -99,7 +99,8 @@ class Console:
 
     def error(self, message: str) -> None:
         """A one-line error message, always shown: line breaks in ``message`` (a library's or the system's
-        text, such as HDF5's) become spaces."""
+        text, such as HDF5's) become spaces.
+        """
         one_line = " ".join(part.strip() for part in message.strip().splitlines() if part.strip())
         print(f"{PROG}: error: {one_line}", file=self.err, flush=True)
 
@@ -154,11 +155,14 @@ class Parser(argparse.ArgumentParser):
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's formatter for this program: descriptions and epilogs as written, 100 columns."""
+
     def __init__(self, prog: str) -> None:
         super().__init__(prog, max_help_position=30, width=100)
 
 
 def jax_backend_started() -> bool:
+    """Whether JAX has initialised a backend already (its settings can then no longer change)."""
     try:
         from jax._src.xla_bridge import backends_are_initialized
     except ImportError:  # pragma: no cover - a future JAX without this helper
@@ -206,6 +210,7 @@ def quiet_libraries() -> Iterator[None]:
 
 
 def duration(seconds: float) -> str:
+    """Seconds as a short phrase: "42.0 s" below a minute, else "3 min 05 s"."""
     seconds = max(0.0, seconds)
     if seconds < 60:
         return f"{seconds:.1f} s"
@@ -219,6 +224,7 @@ def command_line(args: argparse.Namespace) -> str:
 
 
 def package_version() -> str:
+    """The installed package's version."""
     from bayes_rbfn import __version__
 
     return __version__
@@ -258,7 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def summary_table(summary: Any, limit: int = 20) -> tuple[str, int]:
     """The hyperparameter summary as text (at most ``limit`` rows: population-level ones first), and the
-    number of rows left out."""
+    number of rows left out.
+    """
     import numpy as np
 
     columns = [

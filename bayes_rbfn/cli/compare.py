@@ -1,5 +1,6 @@
 """``bayes-rbfn compare``: fit several models to the same data and compare them (PSIS-LOO, held-out
-density, predictive bands), through :func:`bayes_rbfn.workflows.compare.compare_models`."""
+density, predictive bands), through :func:`bayes_rbfn.workflows.compare.compare_models`.
+"""
 
 from __future__ import annotations
 

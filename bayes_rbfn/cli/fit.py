@@ -243,7 +243,8 @@ class FitPlan:
 
 def _model_for(args: argparse.Namespace, data: Dataset, notes: list[str]) -> tuple[Any, Any, str, Dataset]:
     """(likelihood, spec, mean, data) of a fit: the options' or the data set's defaults, checked together;
-    grouped data that an ungrouped model fits are pooled (with a note)."""
+    grouped data that an ungrouped model fits are pooled (with a note).
+    """
     from bayes_rbfn.models import get_model
     from bayes_rbfn.models.likelihoods import get_likelihood
 
@@ -393,7 +394,8 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
 
 def _load_test(args: argparse.Namespace, data: Dataset, likelihood: Any, notes: list[str]) -> Dataset | None:
     """The held-out data of ``--test``, read as the data are (the same columns, ``--strict``, rows with
-    missing values dropped and counted in ``notes``), or None without ``--test``."""
+    missing values dropped and counted in ``notes``), or None without ``--test``.
+    """
     from bayes_rbfn.gp.validation import INPUT_SCALES, check_scale
     from bayes_rbfn.io.reader import read_xy_csv
 
@@ -504,7 +506,8 @@ def _check_result_size(
 ) -> None:
     """Refuse --draws/--chains whose draws cannot fit in memory or on the disk of --out (an estimate; on
     the disk, the results and the checkpoint in OUT.partial, which is removed only after them, less what
-    an earlier run already saved there)."""
+    an earlier run already saved there).
+    """
     from bayes_rbfn.infer.checkpoint import checkpoint_bytes
     from bayes_rbfn.infer.failures import check_result_size, estimated_params, result_bytes
     from bayes_rbfn.infer.fitting import DEFAULT_PREDICTIVE_DRAWS
@@ -652,7 +655,8 @@ def _saturated(plan: FitPlan, idata: Any) -> int:
 
 def _collapsed_points(plan: FitPlan, idata: Any) -> int:
     """Prediction inputs where SoR/RBFN keep less than half the prior variance (posterior mean over at
-    most 200 draws); 0 for models whose predictive cannot collapse."""
+    most 200 draws); 0 for models whose predictive cannot collapse.
+    """
     from bayes_rbfn.infer.collapse import COLLAPSE_THRESHOLD, variance_collapse
     from bayes_rbfn.models import get_model
 

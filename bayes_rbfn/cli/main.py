@@ -48,7 +48,8 @@ __all__ = ["main"]
 
 def _scan_chains(argv: Sequence[str]) -> int:
     """The value of ``--chains`` in ``argv`` (default if absent or malformed: argparse reports that); with
-    ``--resume DIR``, the value in the interrupted run's saved options, so that it gets the same devices."""
+    ``--resume DIR``, the value in the interrupted run's saved options, so that it gets the same devices.
+    """
     for i, arg in enumerate(argv):
         folder = None
         if arg == "--resume" and i + 1 < len(argv):
@@ -81,7 +82,8 @@ class _Signals:
     sets both to be ignored, so that a repeated Ctrl-C (or a ``kill`` after it) can neither print a
     traceback nor end the exit half-way. ``SIG_IGN``, not a Python handler: the interpreter resets its
     own handlers to the default (killing the process) while it shuts down, but keeps an ignored signal
-    ignored."""
+    ignored.
+    """
 
     def __init__(self) -> None:
         self.received: int | None = None
@@ -109,7 +111,8 @@ class _Signals:
 
     def release(self, exiting: bool) -> None:
         """Ignore both signals from now on when the process is ``exiting``, else restore the handlers
-        found (a caller from Python gets its own Ctrl-C back)."""
+        found (a caller from Python gets its own Ctrl-C back).
+        """
         for sig, handler in self.previous.items():
             signal.signal(sig, signal.SIG_IGN if exiting else (handler or signal.SIG_DFL))
 

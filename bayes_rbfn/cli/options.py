@@ -76,7 +76,8 @@ def number_option(
     convert: Callable[[str], Any], accept: Callable[[Any], bool], expected: str, must: str
 ) -> Callable[[str], Any]:
     """An option type: ``convert`` the text (else "expected {expected}"), then ``accept`` the value (else
-    "must {must}"); both messages quote what was given."""
+    "must {must}"); both messages quote what was given.
+    """
 
     def parse(text: str) -> Any:
         try:
@@ -124,6 +125,7 @@ def one_of(kind: str, valid: Callable[[], Sequence[str]]) -> Callable[[str], str
 
 
 def likelihood_names() -> list[str]:
+    """The names ``--likelihood`` takes."""
     from bayes_rbfn.models.likelihoods import LIKELIHOODS
 
     return list(LIKELIHOODS)
@@ -144,12 +146,14 @@ def mean_option(text: str) -> str | float:
 
 
 def model_names() -> list[str]:
+    """The names ``--model`` takes (the collection's registry)."""
     from bayes_rbfn.models import available_models
 
     return list(available_models())
 
 
 def kernel_names() -> list[str]:
+    """The names ``--kernel`` takes (the kernel families)."""
     from bayes_rbfn.models.families import FAMILIES
 
     return list(FAMILIES)
@@ -157,11 +161,13 @@ def kernel_names() -> list[str]:
 
 def dataset_descriptions() -> dict[str, str]:
     """The packaged data sets with their one-line descriptions, and the collection's case studies that
-    bring their own model (``birthdays``)."""
+    bring their own model (``birthdays``).
+    """
     return {**list_datasets(), **CASE_STUDIES}
 
 
 def dataset_names() -> list[str]:
+    """The names ``--dataset`` takes."""
     return list(dataset_descriptions())
 
 
@@ -333,13 +339,15 @@ def load_data(args: argparse.Namespace, default_dataset: str = DEFAULT_DATASET) 
 
 
 def slug(name: str) -> str:
+    """``name`` with every character but letters, digits, ``-`` and ``_`` replaced by ``_`` (for folders)."""
     keep = "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
     return keep or "data"
 
 
 def option_error(err: ValueError) -> UserError:
     """A library error about an argument as the command line's error about its option:
-    ``"num_inducing 80 is more than ..."`` → ``"--num-inducing 80 is more than ..."``."""
+    ``"num_inducing 80 is more than ..."`` → ``"--num-inducing 80 is more than ..."``.
+    """
     message = str(err)
     name, _, rest = message.partition(" ")
     if name.rstrip(":").isidentifier():

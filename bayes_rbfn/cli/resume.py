@@ -42,14 +42,16 @@ RUN_FORMAT = "bayes_rbfn.fit-run"
 def partial_dir(out: Path) -> Path:
     """The checkpoint folder of the output folder ``out``: ``out.partial`` next to it, where ``out`` is
     taken with every symbolic link resolved (so a link and its target share one checkpoint folder, as
-    they share the lock of :func:`bayes_rbfn.io.output.output_lock`); an absolute path."""
+    they share the lock of :func:`bayes_rbfn.io.output.output_lock`); an absolute path.
+    """
     out = Path(os.path.realpath(os.path.abspath(out)))
     return out.with_name(out.name + PARTIAL_SUFFIX)
 
 
 def saved_progress(partial: Path) -> Any:
     """The checkpoint in ``partial`` (a :class:`~bayes_rbfn.infer.checkpoint.CheckpointInfo`), or None when
-    there is none that a run could continue from (no first checkpoint yet, or a corrupt one)."""
+    there is none that a run could continue from (no first checkpoint yet, or a corrupt one).
+    """
     from bayes_rbfn.infer.checkpoint import CheckpointError, read_checkpoint
 
     try:
@@ -108,7 +110,8 @@ def start_partial(partial: Path, args: argparse.Namespace, out: Path) -> list[st
 
 def _relative(path: str | os.PathLike[str], base: Path) -> str:
     """``path`` (symbolic links resolved) relative to the folder ``base``; absolute where no relative
-    path leads there (another drive)."""
+    path leads there (another drive).
+    """
     real = os.path.realpath(os.path.abspath(path))
     try:
         return os.path.relpath(real, base)
@@ -119,7 +122,8 @@ def _relative(path: str | os.PathLike[str], base: Path) -> str:
 def failed(partial: Path, out: Path, resuming: bool, err: BaseException) -> BaseException | None:
     """After a run failed (not Ctrl-C): keep a checkpoint that holds iterations, remove one that holds none
     (so the same command can simply be run again), and turn a failed write into a :class:`StorageError`
-    that says what was kept. None: re-raise ``err`` as it is."""
+    that says what was kept. None: re-raise ``err`` as it is.
+    """
     info = saved_progress(partial)
     if info is None and not resuming:
         shutil.rmtree(partial, ignore_errors=True)
@@ -215,7 +219,8 @@ def resume_args(args: argparse.Namespace) -> tuple[Path, argparse.Namespace]:
 
 def check_resumable(partial: Path, folder: Path, out: Path, overwrite: bool) -> None:
     """Refuse to resume a checkpoint that cannot be continued, or into an output folder that is taken.
-    Call it while holding the output folder's lock (no live run is writing ``partial``)."""
+    Call it while holding the output folder's lock (no live run is writing ``partial``).
+    """
     from bayes_rbfn.infer.checkpoint import CheckpointError, read_checkpoint
 
     try:

@@ -1,4 +1,5 @@
 """The data sets shipped with the package (CSV files and their provenance; read by
-:mod:`bayes_rbfn.io.datasets`)."""
+:mod:`bayes_rbfn.io.datasets`).
+"""
 
 __all__ = []

@@ -160,6 +160,7 @@ def _gaussian_basis(X: jax.Array, centres: jax.Array, width: jax.Array, bias: bo
 @jax.jit
 @linalg.full_precision
 def posterior_unchecked(Phi: jax.Array, t: jax.Array, alpha: jax.Array, beta: jax.Array) -> BLRPosterior:
+    """:func:`posterior` without the input checks (traceable): S_N⁻¹ = αI + βΦᵀΦ, m_N = β S_N Φᵀ t."""
     A = alpha * jnp.eye(Phi.shape[1], dtype=Phi.dtype) + beta * (Phi.T @ Phi)
     # A ⪰ αI: no jitter needed (see the module docstring).
     L = linalg.cholesky(A, jitter=0.0)
@@ -218,6 +219,7 @@ def predictive(
 def predictive_unchecked(
     Phi_test: jax.Array, post: BLRPosterior, beta: jax.Array, full_cov: bool, include_noise: bool
 ) -> Gaussian:
+    """The predictive of :func:`predictive` without the input checks (traceable)."""
     mean = Phi_test @ post.mean
     W = post.whiten(Phi_test)
     noise_var = 1.0 / beta if include_noise else 0.0

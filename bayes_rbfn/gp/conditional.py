@@ -383,7 +383,8 @@ def check_parameter_shape(
     kernel: Kernel, name: str, shape: tuple[int, ...], dim: int, hint: str = ""
 ) -> None:
     """A lengthscale or period must be a scalar or one value per input dimension (``dim``); ValueError
-    naming the kernel, the hyperparameter and its shape otherwise (``hint`` appended)."""
+    naming the kernel, the hyperparameter and its shape otherwise (``hint`` appended).
+    """
     if name in ("lengthscale", "period") and (
         len(shape) > 1 or (len(shape) == 1 and shape[0] not in (1, dim))
     ):
@@ -502,7 +503,8 @@ def log_marginal_likelihood(
 ) -> jax.Array:
     """log p(y): exact GP ``log N(y | 0, K_ff + σ²I)`` when Z is None (eq. (2.30) of [1]), else SoR's
     ``log N(y | 0, Q_ff + σ²I)`` in O(NM²) (eq. (17) of [2] with Λ = 0;
-    :func:`bayes_rbfn.gp.parallel.sor_factor`)."""
+    :func:`bayes_rbfn.gp.parallel.sor_factor`).
+    """
     X, y, noise, Z, _, jitter = check_regression_inputs(X, y, noise, Z, kernel=kernel, jitter=jitter)
     if Z is None:
         value = exact_log_marginal(kernel, X, y, noise)

@@ -145,7 +145,8 @@ def _sqdist_jvp(primals: tuple, tangents: tuple) -> tuple[jax.Array, jax.Array]:
 
 def _real_parameter(cls_name: str, name: str, value: Any) -> np.ndarray:
     """A concrete hyperparameter as a float array; ``ValueError`` naming it when it is not made of real
-    numbers (a string, a complex number, a bool, an object)."""
+    numbers (a string, a complex number, a bool, an object).
+    """
     try:
         arr = np.asarray(value)
     except Exception as err:  # pragma: no cover - exotic objects
@@ -263,12 +264,14 @@ class Kernel:
 
     def inducing_gram(self, Z: Any) -> jax.Array:
         """K_uu, the prior covariance of the inducing values at Z, shape (M, M): k(Z, Z) (block-diagonal
-        for an :class:`Additive` kernel, whose components have their own inducing inputs)."""
+        for an :class:`Additive` kernel, whose components have their own inducing inputs).
+        """
         return self(Z, Z)
 
     def inducing_cross(self, Z: Any, X: Any) -> jax.Array:
         """K_uf, the covariance of the inducing values at Z with f at X, shape (M, N): k(Z, X) (one block
-        of rows per component for an :class:`Additive` kernel)."""
+        of rows per component for an :class:`Additive` kernel).
+        """
         return self(Z, X)
 
     def __add__(self, other: Kernel) -> Sum:

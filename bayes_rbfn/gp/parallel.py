@@ -154,7 +154,8 @@ _ACCELERATOR_CHUNK_BYTES = 128 << 20
 
 def chunk_size_for(M: int, dtype: Any = jnp.float64) -> int:
     """Default chunk length C for M inducing inputs, a power of two: C·M·itemsize ≈ 1 MiB within [256,
-    16384] where JAX computes on the CPU, ≈ 128 MiB within [4096, 2²⁰] on an accelerator."""
+    16384] where JAX computes on the CPU, ≈ 128 MiB within [4096, 2²⁰] on an accelerator.
+    """
     cpu = jax.default_backend() == "cpu"
     budget, lo, hi = (_CHUNK_BYTES, 256, 16384) if cpu else (_ACCELERATOR_CHUNK_BYTES, 4096, 1 << 20)
     target = budget // (max(int(M), 1) * jnp.dtype(dtype).itemsize)
@@ -175,7 +176,8 @@ def _split(a: jax.Array | None, C: int) -> tuple[Any, Any]:
 
 def _varying_like(tree: Any, ref: jax.Array) -> Any:
     """``tree`` marked as varying over the shard_map axes ``ref`` varies over (a scan's carry must have the
-    type of what the chunks add to it); unchanged outside shard_map."""
+    type of what the chunks add to it); unchanged outside shard_map.
+    """
     axes = set(getattr(jax.typeof(ref), "vma", ()) or ())
     if not axes:
         return tree
@@ -289,7 +291,8 @@ def _layout(N: int, C: int, n_blocks: int) -> tuple[int, int, int]:
 
 def _blocked(body: Callable, zero: Any, n_blocks: int, per_block: int, C: int, *arrays: Any):
     """Per-block sums of ``body(carry, *chunk) → (carry, per_point)`` (leading axis ``n_blocks``) over
-    ``n_blocks·per_block`` chunks of C rows, and the per-point outputs (or None)."""
+    ``n_blocks·per_block`` chunks of C rows, and the per-point outputs (or None).
+    """
     zero = _varying_like(zero, arrays[0])
     shaped = tuple(a.reshape(n_blocks, per_block, C, *a.shape[1:]) for a in arrays)
 
@@ -392,7 +395,8 @@ def check_precision(precision: Any) -> str:
 
 def _low(tree: Any, precision: str) -> Any:
     """``tree`` with its float64 leaves cast to float32 when ``precision`` is ``"mixed"`` (float32 leaves,
-    and everything under ``"float64"``, unchanged)."""
+    and everything under ``"float64"``, unchanged).
+    """
     if precision != "mixed":
         return tree
 
@@ -405,7 +409,8 @@ def _low(tree: Any, precision: str) -> Any:
 def _translation_invariant(kernel: Kernel) -> bool:
     """Whether k(x + c, x' + c) = k(x, x') for every c, known from the kernel's type: the stationary, the
     periodic and the constant kernels, a positive multiple or a column subset of one, and sums and products
-    of them (not the white-noise kernel: a shift, rounded, can make two inputs equal)."""
+    of them (not the white-noise kernel: a shift, rounded, can make two inputs equal).
+    """
     if isinstance(kernel, kernels.Stationary | kernels.Periodic | kernels.Constant):
         return True
     if isinstance(kernel, kernels.Scaled | kernels.ActiveDims):
@@ -418,7 +423,8 @@ def _translation_invariant(kernel: Kernel) -> bool:
 def _centre(kernel: Kernel, Z: jax.Array, precision: str) -> jax.Array | None:
     """The point (D,) the inputs are shifted by, in float64, before they are cast to float32 under "mixed":
     the mean of Z, for a translation-invariant kernel with float64 inputs (the rounding of an input is then
-    relative to the spread of the inputs, not to their distance from the origin: years, say); else None."""
+    relative to the spread of the inputs, not to their distance from the origin: years, say); else None.
+    """
     if precision != "mixed" or Z.dtype != jnp.float64 or not _translation_invariant(kernel):
         return None
     return jnp.mean(Z, axis=0)
@@ -762,7 +768,8 @@ LOO_LEVERAGE_FLOOR: dict[Any, float] = {jnp.dtype("float64"): 1e-4, jnp.dtype("f
 def _any_over_batch(flag: jax.Array) -> jax.Array:
     """``jnp.any(flag)``; under ``vmap`` the any over the whole batch, an unbatched bool, so that a
     ``lax.cond`` on it stays a branch (taken by every member) instead of a select that runs both branches
-    for every member. The argument must carry no gradient (``lax.stop_gradient``)."""
+    for every member. The argument must carry no gradient (``lax.stop_gradient``).
+    """
     return jnp.any(flag)
 
 
@@ -773,7 +780,8 @@ def _any_over_batch_rule(axis_size: int, in_batched: list, flag: jax.Array) -> t
 
 def _r_factor(G: jax.Array) -> jax.Array:
     """The (n, n) upper-triangular R of a Householder QR of G (k, n), zero rows appended when k < n:
-    RᵀR = GᵀG, a square root of the information in G's rows, formed without forming GᵀG."""
+    RᵀR = GᵀG, a square root of the information in G's rows, formed without forming GᵀG.
+    """
     n = G.shape[-1]
     R = jnp.linalg.qr(G, mode="r")
     if R.shape[-2] < n:
@@ -808,7 +816,8 @@ def _leaf_loo(
     """LOO conditionals of the b points of one leaf block B given all others, from their square-root
     information: ``R_pre``, ``R_suf`` (M+1, M+1) hold, in the row space of the augmented data rows
     √ω_j [a_jᵀ, y_j], the points before and after B (whatever of the data is not in B). F_B (b, M) are
-    the whitened rows a_jᵀ of B, y_B and w_B = ω_B (b,) their targets and weights (0: padding)."""
+    the whitened rows a_jᵀ of B, y_B and w_B = ω_B (b,) their targets and weights (0: padding).
+    """
     M = F_B.shape[1]
     prior = jnp.concatenate([jnp.eye(M, dtype=F_B.dtype), jnp.zeros((M, 1), F_B.dtype)], axis=1)
     G = jnp.concatenate([R_pre, R_suf, prior])
@@ -843,7 +852,8 @@ def _leave_block_out_local(
     """One device's share of :func:`_leave_block_out_loo`: the LOO conditionals of its points, (rows,),
     zero in chunks without a flagged point. ``layout`` = (blocks here, chunks per block, chunk length);
     ``gather`` puts the per-block R of every device's blocks together in block order; ``first`` is the
-    index of this device's first block."""
+    index of this device's first block.
+    """
     kernel, Z, W = shared
     n_blocks, per_block, C = layout
     M = W.shape[0]
@@ -986,7 +996,8 @@ def _woodbury_loo_local(shared, X, y, w, n_blocks, per_block, C_eff, statistic="
 @functools.cache
 def _woodbury_loo_pass(mesh: Mesh | None, C: int, statistic: str = "log_density") -> Callable:
     """``run(shared, X, y, w)`` of :func:`_woodbury_loo_local` over all of X's points, compiled once per
-    setting and shape (an eager :func:`sor_loo` then traces and compiles nothing the second time)."""
+    setting and shape (an eager :func:`sor_loo` then traces and compiles nothing the second time).
+    """
 
     def run(shared, X, y, w):
         local = functools.partial(_woodbury_loo_local, statistic=statistic)
@@ -1163,7 +1174,8 @@ def sor_moments(
 @functools.cache
 def _moments_pass(mesh: Mesh | None, C: int, precision: str, dtype: Any) -> Callable:
     """``run(shared, X, y, w)`` of :func:`sor_moments` (``shared`` = kernel, Z, R, m, centre), compiled once
-    per setting (an eager :func:`sor_moments` then traces and compiles nothing the second time)."""
+    per setting (an eager :func:`sor_moments` then traces and compiles nothing the second time).
+    """
 
     def local(shared, X, y, w):
         kernel, Z, R, mean, centre = shared
@@ -1209,7 +1221,8 @@ def nystrom_residual(
 @functools.cache
 def _residual_pass(mesh: Mesh | None, C: int) -> Callable:
     """``run(shared, X, y, w)`` of :func:`nystrom_residual` (``shared`` = kernel, Z, L_uu⁻¹), compiled once
-    per setting."""
+    per setting.
+    """
 
     def local(shared, X, y, w):
         kernel, Z, W = shared

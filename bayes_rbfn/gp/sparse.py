@@ -280,7 +280,8 @@ def _check_method(method: Any) -> str:
 
 def _predictive(method: str, doc: str) -> Callable[..., Gaussian]:
     """The public, validated predictive of ``method``: checks, :func:`training_factor`, then
-    :func:`~bayes_rbfn.gp.conditional.sor_predict` with the exact K_** at the test points."""
+    :func:`~bayes_rbfn.gp.conditional.sor_predict` with the exact K_** at the test points.
+    """
 
     def predictive(
         kernel: Kernel,

@@ -80,7 +80,8 @@ class CheckpointInfo:
 def fingerprint(arrays: Any, settings: Mapping[str, Any]) -> dict:
     """A record of a run: the SHA-256 of every array leaf of ``arrays`` (data and prior parameters, in
     pytree order) and the JSON-able ``settings``. Two runs with equal fingerprints compute the same
-    thing."""
+    thing.
+    """
     digest = hashlib.sha256()
     for leaf in jax.tree_util.tree_leaves(arrays):
         a = np.ascontiguousarray(np.asarray(leaf))
@@ -99,7 +100,8 @@ def checkpoint_bytes(*, chains: int, draws: int, warmup: int, params: int, chunk
     holds kept iterations (``params`` values and the :data:`~bayes_rbfn.infer.sampler.STAT_FIELDS` per
     draw and chain), two sampler states (the new one is written before the old one is removed; position,
     momentum, gradient and up to four dense ``params × params`` matrices per chain) and the
-    manifest, each file with :data:`FILE_OVERHEAD`."""
+    manifest, each file with :data:`FILE_OVERHEAD`.
+    """
     total = warmup + draws
     chunk_files = total // chunk_size - warmup // chunk_size + (1 if total % chunk_size else 0)
     chunks = chunk_files * FILE_OVERHEAD + 8 * chains * draws * (params + 6)
@@ -162,7 +164,8 @@ def _manifest_problem(record: Mapping[str, Any]) -> str:
 def _kept_from(record: Mapping[str, Any]) -> int | str:
     """The first kept (post-warm-up) iteration of the run a manifest describes: ``total − draws + 1``,
     from the draws per chain its fingerprint records; or a string saying why the manifest does not
-    tell."""
+    tell.
+    """
     total, draws = record["total_iterations"], record["fingerprint"].get("draws")
     if isinstance(draws, bool) or not isinstance(draws, int) or not 1 <= draws <= total:
         return f"its fingerprint records no number of draws within 1..{total}: {draws!r}"
@@ -174,7 +177,8 @@ def _kept_from(record: Mapping[str, Any]) -> int | str:
 
 def _chunk_length(path: Path) -> int | None:
     """Iterations in the chunk file ``path`` (the second axis of every array in it), or None when its
-    arrays disagree or it cannot be read."""
+    arrays disagree or it cannot be read.
+    """
     try:
         with np.load(path) as chunk:
             lengths = {np.shape(chunk[key])[1] for key in chunk.files if np.ndim(chunk[key]) >= 2}
@@ -185,7 +189,8 @@ def _chunk_length(path: Path) -> int | None:
 
 def _coverage_problem(folder: Path, files: Mapping[str, str], done: int, kept_from: int) -> str:
     """What is wrong with the chunks a manifest lists, or "": together they must hold every kept
-    iteration from ``kept_from`` to ``done`` once, in order, and nothing else (files already hashed)."""
+    iteration from ``kept_from`` to ``done`` once, in order, and nothing else (files already hashed).
+    """
     chunks = sorted((int(n[6:13]), n) for n in files if n.startswith("chunk-"))
     expected = kept_from  # the first iteration the next chunk must start with
     for end, name in chunks:
@@ -263,6 +268,7 @@ def read_checkpoint(folder: str | os.PathLike[str]) -> CheckpointInfo:
 
 
 def write_manifest(folder: Path, run_fingerprint: dict, done: int, total: int, files: dict) -> None:
+    """Write the checkpoint's manifest atomically: the run's fingerprint, progress and files."""
     record = {
         "format": FORMAT,
         "version": VERSION,
@@ -333,7 +339,8 @@ class Checkpoint:
 
     def save(self, done: int, state: Any, draws: Mapping[str, Any] | None) -> None:
         """Record the state after ``done`` iterations and the kept ``draws`` of the chunk that ended there
-        (``{"z": {site: (chains, n, ...)}, stat: (chains, n)}``; None for a chunk of warm-up only)."""
+        (``{"z": {site: (chains, n, ...)}, stat: (chains, n)}``; None for a chunk of warm-up only).
+        """
         new_files: dict[str, str] = {}
         if draws is not None:
             name = f"chunk-{done:07d}.npz"

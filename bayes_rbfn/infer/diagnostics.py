@@ -83,7 +83,8 @@ class ConvergenceReport:
 
 def check_convergence(idata: Any, var_names: list[str] | None = None) -> ConvergenceReport:
     """Compute the worst r_hat / ESS over ``var_names`` (default: all posterior variables) and the
-    number of divergences in ``sample_stats``."""
+    number of divergences in ``sample_stats``.
+    """
     post = idata.posterior
     # Hyperparameters by default, not the RBFN layer's M weights (whitened ``*_v``, ``*_alpha``).
     names = var_names or [v for v in post.data_vars if "inducing" not in post[v].dims]

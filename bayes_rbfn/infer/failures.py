@@ -120,7 +120,8 @@ def explain_degenerate(problem: Any, jitter: float | None) -> DegenerateModelErr
 
 def _far_fixed_mean(problem: Any, y: np.ndarray, y_sd: float) -> str:
     """The cause to report when the fixed prior mean (``mean=`` a number; ``--mean``) lies so far from the
-    targets that the likelihood of the centred targets cannot be finite; else ''."""
+    targets that the likelihood of the centred targets cannot be finite; else ''.
+    """
     if problem.config.mean != "constant" or "y_offset" not in problem.data or y.size == 0:
         return ""
     offset = np.asarray(problem.data["y_offset"], dtype=float)
@@ -165,7 +166,8 @@ def result_bytes(
 ) -> int:
     """Bytes of a fit's stored result, float64: per draw the parameters and sample statistics, the
     predictive mean and variance at the S prediction inputs and N log-likelihood values, and the N-vector
-    replicates of the posterior predictive (``replicates_per_chain`` draws per chain; None: every draw)."""
+    replicates of the posterior predictive (``replicates_per_chain`` draws per chain; None: every draw).
+    """
     kept = draws if replicates_per_chain is None else min(draws, replicates_per_chain)
     per_draw = params + 12 + 2 * S + N
     return 8 * chains * (draws * per_draw + kept * N)
@@ -173,11 +175,13 @@ def result_bytes(
 
 def estimated_params(Z: Any, input_dim: int) -> int:
     """Stored parameter values per draw, roughly: a weight per inducing input (the weight-space models; an
-    upper bound for the others), a lengthscale per input, and a few scalars."""
+    upper bound for the others), a lengthscale per input, and a few scalars.
+    """
     return (0 if Z is None else int(np.size(Z)) // max(input_dim, 1)) + input_dim + 10
 
 
 def format_bytes(size: float) -> str:
+    """A size in bytes as a short phrase: "512 bytes", "3.2 MiB", "1.5 GiB"."""
     for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
         if size < 1024 or unit == "TiB":
             return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
@@ -187,7 +191,8 @@ def format_bytes(size: float) -> str:
 
 def check_result_size(need: int, available: int | None, *, what: str = "memory", where: str = "") -> None:
     """Raise ValueError naming ``draws`` when ``_PEAK_COPIES × need`` bytes exceed ``available``
-    (None: unknown, accepted); ``what``/``where`` word the message ("disk space", "in /data")."""
+    (None: unknown, accepted); ``what``/``where`` word the message ("disk space", "in /data").
+    """
     peak = need * (_PEAK_COPIES if what == "memory" else 1)
     if available is not None and peak > available:
         raise ValueError(

@@ -77,7 +77,8 @@ __all__ = [
 
 def default_num_inducing(X: Any, samples_weights: bool = False) -> int:
     """M for inputs X (N, D) when none is given: :func:`bayes_rbfn.defaults.default_num_inducing` (64 for
-    one input; with several, more where N is small), at most the distinct inputs."""
+    one input; with several, more where N is small), at most the distinct inputs.
+    """
     X = np.asarray(X)
     X = X[:, None] if X.ndim == 1 else X
     return num_inducing_for(X.shape[0], X.shape[1], count_distinct_rows(X), samples_weights=samples_weights)
@@ -510,7 +511,8 @@ def _prior_draws(problem: GenerativeModel, num_samples: int, key: jax.Array) -> 
 
 def _add_prior(idata: az.InferenceData, problem: GenerativeModel, num_samples: int, seed: int) -> None:
     """Add the groups ``prior`` and ``prior_predictive`` of ``num_samples`` prior draws to a fit's
-    ``idata``, each parameter with the dimension names it has in ``posterior``."""
+    ``idata``, each parameter with the dimension names it has in ``posterior``.
+    """
     # A key of its own, apart from the sampler's (seed) and the posterior predictive's (fold_in 1).
     key = jax.random.fold_in(jax.random.PRNGKey(seed), 2)
     draws, y_sim = _prior_draws(problem, num_samples, key)
@@ -662,7 +664,8 @@ _COLLAPSE_DRAWS = 200
 
 def _warn_if_collapsed(spec: ModelSpec, config: ModelConfig, Z: Any, samples: dict, X_pred: Any) -> None:
     """Warn (VarianceCollapseWarning) when SoR/RBFN predictions at X_pred have lost most of the prior
-    variance (docs/mathematics.md#the-sor-family-and-its-variance-collapse), from a thinned set of draws."""
+    variance (docs/mathematics.md#the-sor-family-and-its-variance-collapse), from a thinned set of draws.
+    """
     from bayes_rbfn.infer.collapse import collapse_check
 
     if not spec.variance_collapses or Z is None or np.ndim(Z) != 2:
@@ -733,7 +736,8 @@ def _posterior_predictive(
 ) -> np.ndarray:
     """Posterior predictive replicates y_rep ~ p(y_rep | y), (chains, kept draws, N), at (evenly thinned)
     posterior draws: the model's own observed site, replicated given the data
-    (:func:`bayes_rbfn.infer.replicates.replicate_site`)."""
+    (:func:`bayes_rbfn.infer.replicates.replicate_site`).
+    """
     from bayes_rbfn.infer.replicates import replicate_site
 
     data, prior_values = model_args
@@ -771,7 +775,8 @@ def holdout_split(
     X: Any, y: Any, *, holdout_after: float | None = None, holdout: float | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(X_train, y_train, X_test, y_test): the points with x ≤ ``holdout_after``, or all but the last
-    ``holdout`` fraction by x, and the rest. One input column; at least 10 points on each side."""
+    ``holdout`` fraction by x, and the rest. One input column; at least 10 points on each side.
+    """
     X = np.asarray(check_X(X, "X"))
     y = np.asarray(check_y(y, X.shape[0]))
     if (holdout_after is None) == (holdout is None):
@@ -800,7 +805,8 @@ def holdout_split(
 
 def _score_holdout(idata: az.InferenceData, X_test: np.ndarray, y_test: np.ndarray) -> None:
     """Score the fit's predictive of y* at the held-out points (:func:`bayes_rbfn.infer.scores.score`); store
-    them and the scores in ``idata``."""
+    them and the scores in ``idata``.
+    """
     import xarray as xr
 
     from bayes_rbfn.infer.scores import score

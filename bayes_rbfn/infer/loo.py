@@ -195,7 +195,8 @@ def _stored_log_likelihood(idata: Any, site: str) -> np.ndarray | None:
 
 def _fit_pit_values(idata: Any) -> np.ndarray:
     """The CDFs F(y_i | y_−i, θ_s) of a :func:`bayes_rbfn.fit` result, (chain, draw, N), in the order of
-    the observations."""
+    the observations.
+    """
     from bayes_rbfn.infer.fitting import pointwise_loo
     from bayes_rbfn.infer.predictive import draw_work
     from bayes_rbfn.infer.schema import rebuild

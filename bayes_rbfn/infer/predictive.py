@@ -316,7 +316,8 @@ def predictor_key(spec: Any, config: Any) -> Hashable | None:
     """What defines a model's per-draw predictive, by value: the model and every setting its ``predict``
     reads (kernel family, pinned values, jitter, likelihood, prior mean, the pass's chunking, mesh and
     precision);
-    the priors are not among them. None when a part cannot be hashed (nothing is then cached)."""
+    the priors are not among them. None when a part cannot be hashed (nothing is then cached).
+    """
     fixed = tuple(
         sorted(
             (name, np.asarray(v).dtype.str, np.shape(v), np.asarray(v).tobytes())
@@ -406,7 +407,8 @@ def mixture_moments(
 
 def _mean_square_deviation(m: np.ndarray, mean: np.ndarray, rows: int = 256) -> np.ndarray:
     """mean over rows of (m − mean)², as ``m.var(axis=0)`` but in blocks of rows (no temporary of m's size:
-    4,000 draws × 10,000 points is 320 MB per temporary)."""
+    4,000 draws × 10,000 points is 320 MB per temporary).
+    """
     total = np.zeros_like(mean)
     for start in range(0, m.shape[0], rows):
         deviation = m[start : start + rows] - mean

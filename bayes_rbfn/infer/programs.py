@@ -130,7 +130,8 @@ _JAX_PRNG_IMPLS = (jax_random.threefry_prng_impl, jax_random.rbg_prng_impl, jax_
 def _traced_key(traced: Any) -> tuple | object | None:
     """("traced", digest) of the traced program (see the module docstring); None when its text names an
     object by address (then the lowered text is the key); :data:`_NOT_KEPT` when lowering reads something
-    neither text shows (effects, a host callback)."""
+    neither text shows (effects, a host callback).
+    """
     closed = traced.jaxpr
     if closed.effects:
         return _NOT_KEPT
@@ -160,7 +161,8 @@ def _traced_key(traced: Any) -> tuple | object | None:
 def _collect_arrays(jaxpr: Any, arrays: list, found: set[str]) -> None:
     """Append to ``arrays``, in a fixed order, every array the printed ``jaxpr`` elides: non-scalar literals,
     array-valued parameters and the constants of nested closed jaxprs. Adds "callable" to ``found`` for a
-    callable parameter lowering may read, "address" for a rule printed by its address."""
+    callable parameter lowering may read, "address" for a rule printed by its address.
+    """
     for eqn in jaxpr.eqns:
         for v in eqn.invars:
             if isinstance(v, Literal) and np.shape(v.val):

@@ -160,7 +160,8 @@ def resolve_chain_method(chains: int, requested: str | None) -> str:
 
 def one_device_method() -> str:
     """How independent chains share one device (:func:`resolve_chain_method`; SBC's replications too):
-    ``"sequential"`` on a CPU, ``"vectorized"`` on an accelerator."""
+    ``"sequential"`` on a CPU, ``"vectorized"`` on an accelerator.
+    """
     return "sequential" if jax.default_backend() == "cpu" else "vectorized"
 
 
@@ -192,7 +193,8 @@ SHORT_START_FACTOR = 4.0
 
 class _SearchEnd(NamedTuple):
     """Where one optimiser of the mode search ended: u, the potential there and the Cholesky factor of the
-    Hessian there."""
+    Hessian there.
+    """
 
     u: jax.Array
     value: float
@@ -204,7 +206,8 @@ def _search_end(
 ) -> _SearchEnd | str | None:
     """One SciPy optimiser from ``start``; its end with the Hessian there (central differences of the
     gradient, column by column, symmetrised), a string saying why the end is not a candidate mode, or
-    None when the end is no lower than ``to_beat`` (the best end so far: its Hessian is not needed)."""
+    None when the end is no lower than ``to_beat`` (the best end so far: its Hessian is not needed).
+    """
     from bayes_rbfn.gp import linalg
 
     with warnings.catch_warnings():
@@ -306,7 +309,8 @@ def laplace_start(
 
     def lowest_end(args: tuple, starts: list[np.ndarray]) -> tuple[_SearchEnd | None, list[str]]:
         """Every optimiser of :data:`MODE_SEARCHES` from each of ``starts`` on the potential given
-        ``args``: the lowest end that is a candidate mode, and why the others were not."""
+        ``args``: the lowest end that is a candidate mode, and why the others were not.
+        """
 
         def objective(u: np.ndarray) -> tuple[float, np.ndarray]:
             value, grad = value_and_gradient(jnp.asarray(u, dtype=u0.dtype), args)
@@ -351,7 +355,8 @@ def laplace_start(
 
 def window_estimates_full_rank(num_params: int, warmup: int, dense: bool) -> bool:
     """Whether every mass-matrix estimate of NumPyro's warm-up schedule comes from enough draws to be
-    positive definite unshrunk: more draws than parameters for a dense matrix, two for a diagonal one."""
+    positive definite unshrunk: more draws than parameters for a dense matrix, two for a diagonal one.
+    """
     from numpyro.infer.hmc_util import build_adaptation_schedule
 
     slow_windows = build_adaptation_schedule(warmup)[1:-1]  # between the start and end buffers
@@ -370,7 +375,8 @@ DENSE_MASS_MAX_PARAMS = 10
 
 def sampled_size(model: Callable, model_args: tuple) -> int:
     """How many unconstrained values NUTS samples in ``model``: the sizes of its latent sample sites, from
-    one abstract trace (``jax.eval_shape``: nothing is computed or compiled)."""
+    one abstract trace (``jax.eval_shape``: nothing is computed or compiled).
+    """
     from numpyro import handlers
 
     def latent_values() -> dict:
@@ -386,7 +392,8 @@ def sampled_size(model: Callable, model_args: tuple) -> int:
 
 def resolve_dense_mass(model: Callable, model_args: tuple, settings: SamplerSettings) -> bool:
     """The settings' ``dense_mass``, or for None whether the model samples few enough values
-    (:data:`DENSE_MASS_MAX_PARAMS`)."""
+    (:data:`DENSE_MASS_MAX_PARAMS`).
+    """
     if settings.dense_mass is not None:
         return bool(settings.dense_mass)
     return sampled_size(model, model_args) <= DENSE_MASS_MAX_PARAMS
@@ -395,7 +402,8 @@ def resolve_dense_mass(model: Callable, model_args: tuple, settings: SamplerSett
 def resolve_init(init: str, num_points: int | None) -> str:
     """The start a run takes: ``init``, or for ``"auto"`` the mode (``"map"``) from
     :data:`~bayes_rbfn.defaults.MAP_START_MIN_POINTS` data points on — where the warm-up gradients it
-    saves outweigh its compilation — and ``"median"`` below it or where the size is not given."""
+    saves outweigh its compilation — and ``"median"`` below it or where the size is not given.
+    """
     if init != "auto":
         return init
     return "map" if num_points is not None and num_points >= MAP_START_MIN_POINTS else "median"
@@ -449,7 +457,8 @@ def nuts_kernel(
 
 def chain_init(kernel: Any, warmup: int) -> Callable[[jax.Array, tuple], Any]:
     """``init(key, model_args)`` → the state of one chain before its first iteration (traceable: vmap it
-    over chains, or over SBC's data sets)."""
+    over chains, or over SBC's data sets).
+    """
 
     def init(key: jax.Array, model_args: tuple) -> Any:
         return kernel.init(key, warmup, None, model_args, {})
@@ -582,7 +591,8 @@ def run_chains(
 def sample_stats(stats: dict) -> dict[str, np.ndarray]:
     """:func:`run_chains`'s statistics under ArviZ's names for the ``sample_stats`` group: ``diverging``,
     ``lp`` (minus the potential energy), ``acceptance_rate``, ``n_steps``, ``tree_depth``, ``energy``,
-    ``step_size``; each (chains, draws)."""
+    ``step_size``; each (chains, draws).
+    """
     steps = np.asarray(stats["num_steps"])
     return {
         "diverging": np.asarray(stats["diverging"]),

@@ -38,7 +38,8 @@ def carry(idata: Any, config: ModelConfig) -> None:
 def kernel_kind(family: Any) -> str:
     """How a fit's kernel was given, stored as the attribute ``bayes_rbfn_kernel_kind``: ``"registered"``
     (a name of :data:`FAMILIES`, rebuilt from the file), ``"kernel"`` (a kernel object, fixed) or
-    ``"family"`` (a :class:`KernelFamily` of one's own)."""
+    ``"family"`` (a :class:`KernelFamily` of one's own).
+    """
     if FAMILIES.get(family.name) is family:
         return "registered"
     return "kernel" if family.fixed_kernel is not None else "family"
@@ -116,7 +117,8 @@ def rebuild(idata: Any, *, kernel: Any = None, mean: Any = None) -> tuple[ModelS
 
 def _family(spec: ModelSpec, attrs: Mapping[str, Any], carried: Mapping[str, Any], kernel: Any) -> Any:
     """The fit's kernel family: ``kernel`` if given (checked against the stored name), else the model's own,
-    the carried one, or the registered family of the stored name."""
+    the carried one, or the registered family of the stored name.
+    """
     name = str(attrs["bayes_rbfn_kernel"])
     if kernel is not None:
         if spec.family is not None:
@@ -163,7 +165,8 @@ def _mean(attrs: Mapping[str, Any], carried: Mapping[str, Any], mean: Any) -> An
 def hyperparameter_names(idata: Any) -> list[str]:
     """Posterior variables that are hyperparameters, as the fit's model tells them
     (``ModelSpec.is_hyperparameter``: not RBF weights, not the raw variables of a non-centred
-    parameterisation)."""
+    parameterisation).
+    """
     spec = get_model(str(idata.posterior.attrs["bayes_rbfn_model"]))
     post = idata.posterior
     return [str(name) for name in post.data_vars if spec.is_hyperparameter(str(name), post[name].dims)]

@@ -190,7 +190,8 @@ def foreign_entries(out: str | os.PathLike[str], limit: int | None = None) -> li
 
 def _listed(out: Path) -> set[str] | None:
     """The paths the marker of ``out`` lists, with every folder above them; None for a marker that lists
-    none (an older version's); an empty set without a readable marker."""
+    none (an older version's); an empty set without a readable marker.
+    """
     try:
         record = json.loads((out / MARKER).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):

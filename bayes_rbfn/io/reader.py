@@ -320,7 +320,8 @@ def _read_stream(path: Path, message: str, on_wait: Callable[[str], None] | None
 def _utf16_without_bom(data: bytes) -> str | None:
     """The byte order, ``"little-endian"`` or ``"big-endian"``, when the start of ``data`` reads as UTF-16
     text of mostly ASCII characters without a byte-order mark (a NUL byte every other byte, the others
-    hardly ever); else None."""
+    hardly ever); else None.
+    """
     sample = data[: 2 * (min(len(data), _UTF16_SNIFF_BYTES) // 2)]
     pairs = len(sample) // 2
     if pairs < 2:
@@ -481,7 +482,8 @@ def _choose_delimiter(
 def _ends_inside_quotes(line: str, delimiter: str, inside: bool) -> bool:
     """Whether a quoted field is still open at the end of ``line``, as pandas' tokenizer reads quotes:
     a field is quoted when ``"`` is its first character after spaces, and ``""`` in it is a quote.
-    Steps field by field (``str.find``), not character by character."""
+    Steps field by field (``str.find``), not character by character.
+    """
     i = 0
     while True:
         if inside:

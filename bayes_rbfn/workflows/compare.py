@@ -514,7 +514,8 @@ def _rows_in(X_test: np.ndarray, X_pred: np.ndarray) -> np.ndarray | None:
 
 def _elpd_test_of_fit(idata: Any, X_test: np.ndarray, y_test: np.ndarray, X_pred: np.ndarray) -> ElpdTest:
     """elpd_test from the stored predictions when every test input is among X_pred, else from a new
-    per-draw prediction at X_test."""
+    per-draw prediction at X_test.
+    """
     _, _, _, params = rebuild(idata)
     index = _rows_in(X_test, X_pred)
     if index is not None:

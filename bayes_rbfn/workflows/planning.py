@@ -135,7 +135,8 @@ def keep_groups(data: Dataset, max_groups: int | None) -> Dataset:
 
 def prediction_inputs(data: Dataset, extend: float) -> tuple[np.ndarray, np.ndarray | None]:
     """X_pred (and its group codes): with one input a grid over the data reaching ``extend`` × range past
-    the end (per group for grouped data); with several inputs the training inputs themselves."""
+    the end (per group for grouped data); with several inputs the training inputs themselves.
+    """
     X = data.X
     if X.shape[1] > 1:
         return X.copy(), None if data.group is None else data.group.copy()
@@ -154,7 +155,8 @@ def prediction_inputs(data: Dataset, extend: float) -> tuple[np.ndarray, np.ndar
 
 def check_data_scales(data: Dataset) -> None:
     """Refuse input or target columns whose scale float64 cannot carry through the model, naming the
-    column (:func:`bayes_rbfn.gp.validation.check_scale`); ValueError."""
+    column (:func:`bayes_rbfn.gp.validation.check_scale`); ValueError.
+    """
     from bayes_rbfn.gp.validation import INPUT_SCALES, TARGET_SCALES, check_scale
 
     for j, name in enumerate(data.x_names):
@@ -164,7 +166,8 @@ def check_data_scales(data: Dataset) -> None:
 
 def _grid_end(lo: float, hi: float, extend: float) -> float:
     """The last prediction input, ``hi + extend × (hi − lo)``; ValueError naming x_pred_extend when it lies
-    past the magnitudes float64 carries through the model (:data:`~bayes_rbfn.gp.validation.INPUT_SCALES`)."""
+    past the magnitudes float64 carries through the model (:data:`~bayes_rbfn.gp.validation.INPUT_SCALES`).
+    """
     from bayes_rbfn.gp.validation import INPUT_SCALES
 
     with np.errstate(over="ignore", invalid="ignore"):
@@ -220,7 +223,8 @@ def default_model(
 
 def default_mean(dataset: str, *, takes_linear_mean: bool) -> str:
     """The prior mean a fit takes when none is named: the data set's own (linear for co2) where the model
-    takes it, else ``"constant"``."""
+    takes it, else ``"constant"``.
+    """
     mean = DATASET_MEANS.get(dataset, "constant")
     return "constant" if mean == "linear" and not takes_linear_mean else mean
 

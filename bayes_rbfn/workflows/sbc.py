@@ -259,7 +259,8 @@ def quantity_names(
     observed: str = "y",
 ) -> tuple[str, ...]:
     """Names of the ranked quantities, in the column order of :attr:`SBCResult.ranks`: every scalar
-    component of every latent sample site (``name`` or ``name[i]``), then ``log_lik``."""
+    component of every latent sample site (``name`` or ``name[i]``), then ``log_lik``.
+    """
     model_fn, observed = _resolve(
         model, likelihood, n, num_inducing, num_groups, model_args, model_kwargs, observed
     )
@@ -374,7 +375,8 @@ def _check_settings(
     seed: Any, noise_scale: Any, target_accept: Any, bins: Any, **counts: Any
 ) -> tuple[dict[str, int], int, int]:
     """The checked counts of :func:`run_sbc` (positive integers, by name), the number of rank values
-    L + 1 and the χ² bins; ``ValueError`` naming the first bad argument."""
+    L + 1 and the χ² bins; ``ValueError`` naming the first bad argument.
+    """
     ints = {name: check_positive_int(value, name) for name, value in counts.items()}
     if ints.get("max_tree_depth", 0) > MAX_TREE_DEPTH:
         raise ValueError(f"max_tree_depth: must be at most {MAX_TREE_DEPTH}, got {ints['max_tree_depth']}")
