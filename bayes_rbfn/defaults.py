@@ -8,6 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "DEFAULT_NUM_INDUCING",
+    "DENSE_MASS_MAX_PARAMS",
     "EXACT_MAX_POINTS",
     "INDUCING_WORK",
     "INITS",
@@ -98,3 +99,11 @@ def default_num_inducing(
         by_work = 32 * int((INDUCING_WORK / max(n_points, 1)) ** 0.5 // 32)
         M = min(MAX_NUM_INDUCING, max(DEFAULT_NUM_INDUCING, by_work))
     return max(1, min(M, n_points if distinct is None else distinct))
+
+
+#: ``dense_mass=None`` (the default, for ``fit`` and the command line alike) takes a dense mass matrix
+#: when the model samples at most this many unconstrained values: a few hyperparameters, whose posterior
+#: is correlated (lengthscale with variance) and whose dense estimate the warm-up affords (ESS per
+#: gradient 1.5–2× the diagonal one's for ``fit("sor")``: benchmarks/README.md). Above it (the rbfn's
+#: weights, the grouped model's per-group values) the mass matrix is diagonal.
+DENSE_MASS_MAX_PARAMS = 10

@@ -1,5 +1,5 @@
 """Value + gradient time of the SoR log density against the streamed pass's chunk size (how the GPU default
-of :func:`bayes_rbfn.gp.parallel.chunk_size_for` was chosen).
+of :func:`bayes_rbfn.gp.streaming.chunk_size_for` was chosen).
 
     python benchmarks/gpu_chunk_sweep.py cuda 1000000      # JAX platform, N
 """

@@ -1,8 +1,8 @@
 """Mixed precision of the streamed O(NM²) pass (issue 20, target 2): error and speed against float64.
 
-``precision="mixed"`` (:mod:`bayes_rbfn.gp.parallel`, *Mixed precision*) forms each chunk's kernel block and
-its products in float32 and adds them to float64 sums; the factorisations stay float64. For the SoR log
-marginal likelihood (``bayes_rbfn.models.sor.log_density``) at M = 64 this measures, for each N:
+``precision="mixed"`` (:mod:`bayes_rbfn.gp.woodbury_sums`, *Mixed precision*) forms each chunk's kernel
+block and its products in float32 and adds them to float64 sums; the factorisations stay float64. For the
+SoR log marginal likelihood (``bayes_rbfn.models.sor.log_density``) at M = 64 this measures, for each N:
 
 * the error of the mixed log density against float64, relative and in nats (what NUTS's acceptance sees:
   its trajectories stay exact, volume-preserving and reversible, with any deterministic gradient, so the

@@ -17,8 +17,8 @@ analytically, so the log density is the evidence ``ln p(t | α, β) = ln N(t | 0
   ``t ~ N(0, ΦΦᵀ/α + I/β)`` (Bürkner et al. 2020). That covariance is ``Q + D`` with the low-rank part
   ``Q = Φ (αI)⁻¹ Φᵀ`` — the Nyström form ``K_fu K_uu⁻¹ K_uf`` with ``K_fu = Φ`` and ``K_uu = αI``
   (``L_uu = √α I``) — and ``D = I/β``, so it goes through the project's one streamed Woodbury pass
-  (:func:`bayes_rbfn.gp.parallel.woodbury_factor`, :func:`bayes_rbfn.gp.parallel.sor_loo`) in O(NM²), with
-  no N×N matrix. Φ is the Gram matrix of a unit-variance SE kernel of lengthscales s_d
+  (:func:`bayes_rbfn.gp.woodbury_sums.woodbury_factor`, :func:`bayes_rbfn.gp.block_loo.sor_loo`) in
+  O(NM²), with no N×N matrix. Φ is the Gram matrix of a unit-variance SE kernel of lengthscales s_d
   (:func:`basis_kernel`), which is what the pass evaluates chunk by chunk.
 
 Posterior variables: ``alpha``, ``beta`` and the deterministic ``noise`` = 1/√β, the noise standard
@@ -67,7 +67,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-from bayes_rbfn.gp import blr, linalg, parallel, sparse
+from bayes_rbfn.gp import block_loo, blr, linalg, sparse, woodbury_sums
 from bayes_rbfn.gp.kernels import SquaredExponential
 from bayes_rbfn.models.common import ModelMarginal, observe, sample_or_pin
 from bayes_rbfn.models.families import DataScales, KernelFamily
@@ -102,7 +102,7 @@ def basis_kernel(Z: jax.Array) -> SquaredExponential:
     """The kernel whose Gram matrix k(X, Z) is Φ: a unit-variance SE of lengthscales :func:`basis_width`.
 
     φ_j(x) = exp(−½ Σ_d (x_d − z_jd)² / s_d²) is exactly k(x, z_j) for this kernel, so the streamed pass of
-    :mod:`bayes_rbfn.gp.parallel` evaluates Φ chunk by chunk as it does K_fu.
+    :mod:`bayes_rbfn.gp.woodbury_sums` evaluates Φ chunk by chunk as it does K_fu.
     """
     return SquaredExponential(lengthscale=basis_width(Z), variance=1.0)
 
@@ -186,7 +186,7 @@ def _woodbury(params: dict, data: dict):
     kernel = basis_kernel(Z)
     t = data["y"] - data["y_offset"]
     Luu = jnp.sqrt(params["alpha"]) * jnp.eye(Z.shape[0], dtype=X.dtype)
-    return parallel.woodbury_factor(kernel, Z, X, t, 1.0 / params["beta"], Luu), kernel, t
+    return woodbury_sums.woodbury_factor(kernel, Z, X, t, 1.0 / params["beta"], Luu), kernel, t
 
 
 def replicate(
@@ -223,12 +223,12 @@ def log_likelihood(params: dict, data: dict, config: ModelConfig) -> jax.Array:
     """LOO conditionals ``ln p(t_i | t_−i, α, β)`` of t ~ N(0, ΦΦᵀ/α + I/β), shape (N,), in O(NM²).
 
     ``ΦΦᵀ/α = K_fu K_uu⁻¹ K_uf`` with ``K_fu = Φ`` (:func:`basis_kernel`), ``L_uu = √α I``, so the
-    covariance is factorised by :func:`bayes_rbfn.gp.parallel.woodbury_factor` with ``d = 1/β`` and its
-    conditionals are :func:`bayes_rbfn.gp.parallel.sor_loo` (see the module docstring).
+    covariance is factorised by :func:`bayes_rbfn.gp.woodbury_sums.woodbury_factor` with ``d = 1/β`` and its
+    conditionals are :func:`bayes_rbfn.gp.block_loo.sor_loo` (see the module docstring).
     """
     factor, kernel, t = _woodbury(params, data)
     d = 1.0 / params["beta"]
-    return parallel.sor_loo(
+    return block_loo.sor_loo(
         factor, kernel, data["Z"], data["X"], t, d, exact=config.loo_exact, statistic=config.loo_statistic
     )
 

@@ -156,7 +156,16 @@ class ModelMarginal(SortedPytreeFields, dist.Distribution):
     pytree_aux_fields = ("log_density", "simulate", "replicate", "config")
 
     def __init__(
-        self, log_density, simulate, params, data, config, event_shape, replicate=None, validate_args=None
+        self,
+        log_density,
+        simulate,
+        params,
+        data,
+        config,
+        event_shape,
+        replicate=None,
+        batch_shape=(),
+        validate_args=None,
     ):
         self.log_density, self.simulate, self.replicate = log_density, simulate, replicate
         self.params, self.data, self.config = (
@@ -164,7 +173,9 @@ class ModelMarginal(SortedPytreeFields, dist.Distribution):
             {k: v for k, v in data.items() if k != "y"},
             config,
         )
-        super().__init__(batch_shape=(), event_shape=tuple(event_shape), validate_args=validate_args)
+        super().__init__(
+            batch_shape=tuple(batch_shape), event_shape=tuple(event_shape), validate_args=validate_args
+        )
 
     def log_prob(self, value):
         return self.log_density(self.params, {**self.data, "y": value}, self.config)

@@ -26,7 +26,7 @@ a scalar noise σ or D = diag(σ²) for one σ_i per point (heteroscedastic nois
 
 * ``log_prob`` costs O(NM²) and goes through the package's one streamed, whitened pass
   (:func:`bayes_rbfn.gp.sparse.training_factor`, :func:`bayes_rbfn.gp.sparse.log_marginal`; FITC's diagonal
-  from :func:`bayes_rbfn.gp.parallel.nystrom_residual`): no N×N matrix; per-point noise takes the pass's
+  from :func:`bayes_rbfn.gp.moments.nystrom_residual`): no N×N matrix; per-point noise takes the pass's
   weighted form, 1/σ_i² per point, as FITC's Λ does. It is -inf, never NaN, when a factorisation fails
   (so NUTS rejects the step).
 * **VFE is a bound, not a density**: exp(log_prob) integrates over y to exp(−½ tr(D⁻¹(K_ff − Q_ff))) ≤ 1
@@ -42,7 +42,7 @@ a scalar noise σ or D = diag(σ²) for one σ_i per point (heteroscedastic nois
   (:func:`bayes_rbfn.gp.conditional.sor_predict`, also behind :func:`bayes_rbfn.gp.conditional.sor` and
   :func:`bayes_rbfn.gp.sparse.dtc`/``fitc``/``vfe``; :func:`bayes_rbfn.gp.conditional.exact_predict`);
   ``loo_log_prob`` the N leave-one-out conditionals log p(y_i | y_−i), in O(NM²) for SparseGP
-  (:func:`bayes_rbfn.gp.parallel.sor_loo`), for PSIS-LOO (:func:`bayes_rbfn.infer.loo.loo_log_likelihood`
+  (:func:`bayes_rbfn.gp.block_loo.sor_loo`), for PSIS-LOO (:func:`bayes_rbfn.infer.loo.loo_log_likelihood`
   puts them into an InferenceData), and ``loo_pit`` their CDFs at the data.
 
 Batches
@@ -100,8 +100,9 @@ import numpy as np
 import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
-from bayes_rbfn.gp import conditional, effects, linalg, parallel, sparse
+from bayes_rbfn.gp import block_loo, conditional, effects, linalg, sparse, streaming
 from bayes_rbfn.gp.kernels import ActiveDims, Additive, Kernel
+from bayes_rbfn.gp.moments import nystrom_residual
 from bayes_rbfn.gp.validation import as_float_array, check_X, is_concrete
 from bayes_rbfn.models.common import SortedPytreeFields
 from bayes_rbfn.models.means import mean_vector
@@ -527,7 +528,7 @@ class _GaussianProcessMarginal(SortedPytreeFields, dist.Distribution):
         """The N leave-one-out conditionals log p(y_i | y_−i), shape (..., N) ([3]; the leading axes as
         :meth:`moments`'). SparseGP: in O(NM²), under its marginal N(m, Q_ff + D) (VFE: DTC's, the density
         its bound is proportional to in y); ``exact``: how points the model interpolates (leverage near 1)
-        are evaluated, as :func:`bayes_rbfn.gp.parallel.sor_loo`'s argument. ExactGP: O(N³) from the dense
+        are evaluated, as :func:`bayes_rbfn.gp.block_loo.sor_loo`'s argument. ExactGP: O(N³) from the dense
         Cholesky at every point, so ``exact`` changes nothing.
         """
         return self._loo(y, exact, "log_density")
@@ -604,12 +605,12 @@ class SparseGP(_GaussianProcessMarginal):
         jitter: relative jitter on K_uu (default: the package's policy,
             :func:`bayes_rbfn.gp.linalg.cholesky`).
         fast, chunk_size, mesh, precision: performance settings of the streamed pass
-            (:func:`bayes_rbfn.gp.parallel.woodbury_stats`): sums before whitening, data points per chunk,
-            a :class:`jax.sharding.Mesh` with a ``"data"`` axis to shard the pass over its devices, and
+            (:func:`bayes_rbfn.gp.woodbury_sums.woodbury_stats`): sums before whitening, data points per
+            chunk, a :class:`jax.sharding.Mesh` with a ``"data"`` axis to shard the pass over its devices, and
             ``"float64"`` (default) or ``"mixed"`` (kernel blocks and their products in float32, sums and
             factorisations in float64: ~1e-9 relative in the log density for a well-conditioned K_uu, but
             ~4e-5 and wrong gradients for the cond(K_uu) ~ 1e9 of dense inducing inputs; see
-            :mod:`bayes_rbfn.gp.parallel`).
+            :mod:`bayes_rbfn.gp.woodbury_sums`).
         groups, group_scale: group effects integrated out with the weights: (N,) integer codes 0 … G−1
             and τ, so that y = f + β_{g(i)} + ε with β_g ~ N(0, τ²) i.i.d. (a varying intercept per group;
             one-hot design columns under a shared Gaussian prior), at O(NM² + GM²)
@@ -653,7 +654,7 @@ class SparseGP(_GaussianProcessMarginal):
         self.approx = approx
         self.jitter = jitter
         self.fast, self.chunk_size, self.mesh = bool(fast), chunk_size, mesh
-        self.precision = parallel.check_precision(precision)
+        self.precision = streaming.check_precision(precision)
         self._init_common(kernel, X, noise, mean, kernel_batch_shape, validate_args, Z=Z)
         self._init_groups(groups, group_scale, num_groups)
 
@@ -686,7 +687,7 @@ class SparseGP(_GaussianProcessMarginal):
     # -- one member: the O(NM²) factorisation and what is computed from it ---------------------------
 
     def _settings(self) -> dict[str, Any]:
-        """The streamed pass's settings (:func:`bayes_rbfn.gp.parallel.woodbury_stats`)."""
+        """The streamed pass's settings (:func:`bayes_rbfn.gp.woodbury_sums.woodbury_stats`)."""
         return {"chunk_size": self.chunk_size, "mesh": self.mesh}
 
     def _factor(self, r: jax.Array) -> tuple[linalg.Woodbury, Any]:
@@ -734,7 +735,7 @@ class SparseGP(_GaussianProcessMarginal):
         v = jax.random.normal(k_low, (*sample_shape, M), dtype=self.X.dtype)
         y = self.loc + v @ factor_f.T
         if self.approx == "fitc":
-            residual = parallel.nystrom_residual(self.kernel, self.Z, Luu, self.X, **self._settings())
+            residual = nystrom_residual(self.kernel, self.Z, Luu, self.X, **self._settings())
             y = y + jnp.sqrt(residual) * jax.random.normal(k_fitc, (*sample_shape, N), dtype=self.X.dtype)
         if self.groups is not None:
             k_noise, k_groups = jax.random.split(k_noise)
@@ -840,7 +841,7 @@ class SparseGP(_GaussianProcessMarginal):
         return effects.effect_moments(factor, terms, r, self.groups, self.num_groups, self.group_scale)
 
     def _loo_member(self, y: jax.Array, exact: bool | str | None, statistic: str) -> jax.Array:
-        """:func:`bayes_rbfn.gp.parallel.sor_loo` under N(m, Q_ff + diag(d)), d from the factor; with group
+        """:func:`bayes_rbfn.gp.block_loo.sor_loo` under N(m, Q_ff + diag(d)), d from the factor; with group
         effects :func:`bayes_rbfn.gp.effects.loo` (``exact`` does not apply).
         """
         r = y - self.loc
@@ -848,7 +849,7 @@ class SparseGP(_GaussianProcessMarginal):
             factor, terms = self._group_factor(r)
             return effects.loo(factor, terms, r, self.groups, self.num_groups, statistic=statistic)
         factor, d = self._factor(r)
-        return parallel.sor_loo(
+        return block_loo.sor_loo(
             factor, self.kernel, self.Z, self.X, r, d, exact=exact, statistic=statistic, **self._settings()
         )
 
@@ -911,7 +912,7 @@ def deferred_loo(evaluate: Callable[[dict, Any], np.ndarray], draws: dict) -> np
     """LOO values of many draws with the leave-block-out pass compiled only for the draws that need it.
 
     ``evaluate(draws, exact)`` → (S, ...) values of the draws ({name: (S, ...)}), ``exact`` passed on to
-    :func:`bayes_rbfn.gp.parallel.sor_loo`. All draws are evaluated with ``exact="defer"`` (points the model
+    :func:`bayes_rbfn.gp.block_loo.sor_loo`. All draws are evaluated with ``exact="defer"`` (points the model
     interpolates come back NaN), then only the draws with a NaN again with ``exact=True``. A NaN that
     remains is a real failure.
     """

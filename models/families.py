@@ -23,8 +23,8 @@ as :func:`lengthscale_prior` and :func:`variance_prior`)::
     )
     idata = bayes_rbfn.fit("sor", X, y, kernel=family)
 
-Every name in ``priors`` becomes a sampled site of the model (the noise σ is added by the model; its
-default prior is below) and a variable of ``idata.posterior``; ``fit(priors=...)`` replaces any of them
+Every name in ``priors`` becomes a sampled site of the model (the noise σ is added by the model, with
+its own default prior) and a variable of ``idata.posterior``; ``fit(priors=...)`` replaces any of them
 and ``fit(fixed=...)`` pins them.
 
 A family names the hyperparameters NUTS samples (besides the noise σ), builds the kernel from a dict of
@@ -32,21 +32,11 @@ their values, and proposes default priors that adapt to the scale of the data, s
 code fits inputs in seconds or in years and outputs in ppm or in births per woman. Everything here is in
 the units of the data: nothing is rescaled, so stored draws can be used as they are.
 
-Default priors (all log-normal, so NUTS works on the log scale; replace any of them with ``priors=``):
-
-* ``lengthscale`` (one per input dimension, ARD, when D > 1): LogNormal(log(√D · range_d / 5), 1), where
-  range_d is the spread of the inputs in dimension d: for one input most mass between ~1/35 and ~1.5
-  ranges, which keeps the lengthscale away from both the spacing of a few points and functions flat over
-  the data. With D inputs the median grows as √D (Hvarfner et al. 2024 [2]): the scaled distance between
-  two points, (Σ_d (Δx_d / ℓ_d)²)^½, then stays what it is for one input, where lengthscales of a fifth
-  of the range in every one of D directions would make the prior's functions vary over ~5^D regions of
-  the data's box.
-* ``variance`` s²: LogNormal(log var(y), 1).
-* ``noise`` σ: LogNormal(log(0.2 sd(y)), 1): noise somewhere between ~3% and ~140% of the spread of y.
-* ``period`` (periodic family): LogNormal(log(range / 4), 1).
-* ``alpha`` (rational quadratic family ``rq``): LogNormal(0, 1): a mixture of lengthscales whose shape
-  parameter has its median at 1 and 95% of its mass between ~0.14 (long-tailed: correlations decay
-  like a power of the distance) and ~7 (already close to the squared exponential, the limit α → ∞).
+Default priors (replace any of them with ``priors=``): each kernel class gives its own
+(:meth:`~bayes_rbfn.gp.kernels.Kernel.default_priors`; the lengthscale and variance rules are those of
+:mod:`bayes_rbfn.gp.priors`), and the noise σ's is :func:`~bayes_rbfn.models.likelihoods.noise_prior`.
+Every kernel class that names its ``family`` is a family here, in the order of definition: a new kernel
+is one class in :mod:`bayes_rbfn.gp.kernels`.
 
 The ``co2`` family is the classic trend-plus-seasonality kernel of Rasmussen & Williams (2006, §5.4.3),
 with the period fixed at one unit of the input (a year when X is in years), and a drift term for forecasting:
@@ -70,27 +60,26 @@ sd(y) (log-sd 0.25). Without it, the 95% band of a five-year forecast covered 22
 References
 ----------
 [1] Rasmussen, C. E. & Williams, C. K. I. (2006). *Gaussian Processes for Machine Learning*, §4.2, §5.4.3.
-[2] Hvarfner, C., Hellsten, E. O. & Nardi, L. (2024). Vanilla Bayesian optimization performs great in
-    high dimensions. ICML.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 
 from bayes_rbfn.gp import kernels as K
+from bayes_rbfn.gp.priors import DataScales, data_scales, lengthscale_prior, variance_prior
 from bayes_rbfn.models.likelihoods import noise_prior
 
 __all__ = [
     "FAMILIES",
     "DataScales",
     "KernelFamily",
+    "class_family",
     "data_scales",
     "fixed_family",
     "get_family",
@@ -98,25 +87,6 @@ __all__ = [
     "lengthscale_prior",
     "variance_prior",
 ]
-
-
-@dataclass(frozen=True)
-class DataScales:
-    """Summary scales of the training data used by the default priors."""
-
-    input_range: np.ndarray  # (D,)
-    y_sd: float
-    input_dim: int
-
-
-def data_scales(X: Any, y: Any) -> DataScales:
-    """Scales of concrete (N, D) inputs and (N,) targets; degenerate spreads fall back to 1."""
-    X = np.asarray(X, dtype=float)
-    y = np.asarray(y, dtype=float)
-    rng = np.ptp(X, axis=0)
-    rng = np.where(rng > 0, rng, 1.0)
-    sd = float(np.std(y)) if y.size > 1 else 1.0
-    return DataScales(input_range=rng, y_sd=sd if sd > 0 else 1.0, input_dim=X.shape[1])
 
 
 @dataclass(frozen=True)
@@ -150,63 +120,33 @@ class KernelFamily:
         return priors
 
 
-def lengthscale_prior(
-    scales: DataScales, fraction: float = 0.2, sd: float = 1.0, dims: Sequence[int] | None = None
-) -> dist.Distribution:
-    """LogNormal(log(fraction · √D · range_d), sd) for a lengthscale over the D input columns ``dims``.
+def _kernel_classes(base: type[K.Kernel] = K.Kernel) -> list[type[K.Kernel]]:
+    """Every subclass of ``base`` that names a ``family``, depth first in the order of definition."""
+    found = []
+    for cls in base.__subclasses__():
+        if cls.__dict__.get("family") is not None:
+            found.append(cls)
+        found.extend(_kernel_classes(cls))
+    return found
+
+
+def class_family(cls: type[K.Kernel]) -> KernelFamily:
+    """The family of a kernel class that names one: its ``params`` sampled under its ``default_priors``.
 
     Args:
-        scales: the data's scales (:func:`data_scales`).
-        fraction: the prior median as a fraction of each column's range for one column (the default
-            families: 0.2); with D columns the median is √D times longer (see the module docstring).
-        sd: the log-scale standard deviation.
-        dims: the input columns the lengthscale acts on (a kernel's ``on_dims``); None for all of them.
+        cls: a :class:`~bayes_rbfn.gp.kernels.Kernel` subclass with ``family`` set, whose constructor
+            takes its ``params`` by name.
 
     Returns:
-        A scalar distribution for one column, else one with event shape (len(dims),) (ARD).
+        The :class:`KernelFamily` named ``cls.family``.
     """
-    input_range = scales.input_range if dims is None else scales.input_range[np.asarray(dims)]
-    loc = np.log(fraction * np.sqrt(input_range.size) * input_range)
-    if loc.size == 1:
-        return dist.LogNormal(float(loc[0]), sd)
-    return dist.LogNormal(jnp.asarray(loc), sd).to_event(1)
-
-
-def variance_prior(scales: DataScales, fraction: float = 1.0, sd: float = 1.0) -> dist.Distribution:
-    """LogNormal(log((fraction · sd(y))²), sd) for a kernel variance s² (a component's share of the spread).
-
-    Args:
-        scales: the data's scales (:func:`data_scales`).
-        fraction: the prior median of s as a fraction of sd(y) (the default families: 1).
-        sd: the log-scale standard deviation.
-    """
-    return dist.LogNormal(float(np.log((fraction * scales.y_sd) ** 2)), sd)
-
-
-def _stationary(name: str, cls: type[K.Stationary], description: str) -> KernelFamily:
     return KernelFamily(
-        name=name,
-        params=("lengthscale", "variance"),
-        build=lambda p: cls(lengthscale=p["lengthscale"], variance=p["variance"]),
-        priors=lambda s: {"lengthscale": lengthscale_prior(s), "variance": variance_prior(s)},
-        description=description,
+        name=cls.family,
+        params=cls.params,
+        build=lambda p: cls(**{name: p[name] for name in cls.params}),
+        priors=cls.default_priors,
+        description=cls.description,
     )
-
-
-def _rq_priors(s: DataScales) -> dict[str, dist.Distribution]:
-    return {
-        "lengthscale": lengthscale_prior(s),
-        "variance": variance_prior(s),
-        "alpha": dist.LogNormal(0.0, 1.0),
-    }
-
-
-def _periodic_priors(s: DataScales) -> dict[str, dist.Distribution]:
-    return {
-        "lengthscale": dist.LogNormal(0.0, 1.0),
-        "variance": variance_prior(s),
-        "period": dist.LogNormal(float(np.log(np.mean(s.input_range) / 4)), 1.0),
-    }
 
 
 def _co2_build(p: Mapping[str, Any]) -> K.Kernel:
@@ -238,26 +178,7 @@ def _co2_priors(s: DataScales) -> dict[str, dist.Distribution]:
 
 
 FAMILIES: dict[str, KernelFamily] = {
-    "se": _stationary("se", K.SquaredExponential, "squared exponential (RBF), ARD lengthscales when D > 1"),
-    "matern52": _stationary("matern52", K.Matern52, "Matérn 5/2, ARD lengthscales when D > 1"),
-    "matern32": _stationary("matern32", K.Matern32, "Matérn 3/2, ARD lengthscales when D > 1"),
-    "exponential": _stationary("exponential", K.Exponential, "exponential (Matérn 1/2)"),
-    "rq": KernelFamily(
-        name="rq",
-        params=("lengthscale", "variance", "alpha"),
-        build=lambda p: K.RationalQuadratic(
-            lengthscale=p["lengthscale"], variance=p["variance"], alpha=p["alpha"]
-        ),
-        priors=_rq_priors,
-        description="rational quadratic (a mixture of SE lengthscales) with a sampled shape alpha",
-    ),
-    "periodic": KernelFamily(
-        name="periodic",
-        params=("lengthscale", "variance", "period"),
-        build=lambda p: K.Periodic(lengthscale=p["lengthscale"], variance=p["variance"], period=p["period"]),
-        priors=_periodic_priors,
-        description="periodic (MacKay) with a sampled period",
-    ),
+    **{cls.family: class_family(cls) for cls in _kernel_classes()},
     "co2": KernelFamily(
         name="co2",
         params=(

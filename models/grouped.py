@@ -9,11 +9,13 @@ for θ ∈ {lengthscale (one per input dimension), variance, noise, …}, where 
 version of the family's default (or the user's log-normal) prior. Within a group,
 y_g ~ N(c_g, Q_ff^(g) + σ_g² I) (SoR), with shared inducing inputs Z (M, D) or per-group Z (G, M, D).
 
-All groups are evaluated as one batched computation: the data are packed into a padded (G, N_max) layout
-and the SoR factorisation (the one streamed pass, :func:`bayes_rbfn.gp.parallel.sor_factor`) is
-``vmap``-ed over groups. Padding is masked exactly: the pass gives a padded point weight 0, so it adds
-nothing to any of the Woodbury sums, and the 2π-term counts only the real points. Groups of unequal size
-are therefore handled without a Python loop.
+The groups are conditionally independent given the population, so their values and observations sit in
+a ``numpyro.plate`` over groups. All groups are evaluated as one batched computation: the data are packed
+into a padded (G, N_max) layout (:class:`~bayes_rbfn.models.layout.Layout` tells the drivers where each
+observation sits in it) and the SoR factorisation (the one streamed pass,
+:func:`bayes_rbfn.gp.woodbury_sums.sor_factor`) is ``vmap``-ed over groups. Padding is masked exactly:
+the pass gives a padded point weight 0, so it adds nothing to any of the Woodbury sums, and the 2π-term
+counts only the real points. Groups of unequal size are therefore handled without a Python loop.
 
 Posterior variables: per-group ``lengthscale``, ``variance``, ``noise`` (dims group[, input_dim]) and
 population ``<name>_mu``, ``<name>_tau`` (and the raw ``<name>_z``).
@@ -30,11 +32,22 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-from bayes_rbfn.gp import linalg, parallel, sparse
+from bayes_rbfn.gp import block_loo, linalg, moments, sparse, woodbury_sums
 from bayes_rbfn.models.common import ModelMarginal, observe
+from bayes_rbfn.models.layout import Layout
 from bayes_rbfn.models.spec import ModelConfig, ModelSpec
 
-__all__ = ["SPEC", "TAU_SCALE", "log_density", "log_likelihood", "model", "predict", "prepare", "simulate"]
+__all__ = [
+    "SPEC",
+    "TAU_SCALE",
+    "log_density",
+    "log_likelihood",
+    "model",
+    "predict",
+    "prepare",
+    "read_layout",
+    "simulate",
+]
 
 
 #: Prior scale of the population spread τ of every log-hyperparameter.
@@ -51,8 +64,14 @@ def _lognormal_params(prior: dist.Distribution, name: str) -> tuple[Any, Any]:
     return base.loc, base.scale
 
 
-def prepare(X, y, Z, y_offset, group, group_pred, X_pred) -> tuple[dict, dict]:
-    """Pack (N,) data into the padded (G, N_max) layout; validate the group codes."""
+def prepare(X, y, Z, y_offset, group, group_pred, X_pred) -> tuple[dict, Layout]:
+    """Pack (N,) data into the padded (G, N_max) layout; validate the group codes.
+
+    Returns:
+        (data, layout): the model's data {X (G, N_max, D), y (G, N_max), mask, Z, y_offset (G,)}, and its
+        :class:`~bayes_rbfn.models.layout.Layout` (where each observation sits in the padding, the group
+        code of each prediction input, the codes the fit stores).
+    """
     if group is None:
         raise ValueError("group: the grouped model needs a group code for every observation")
     group = np.asarray(group)
@@ -111,13 +130,35 @@ def prepare(X, y, Z, y_offset, group, group_pred, X_pred) -> tuple[dict, dict]:
         "Z": jnp.asarray(Z, dtype=dtype),
         "y_offset": jnp.asarray(offset, dtype=dtype),
     }
-    extras = {
-        "obs_index": flat_index,
-        "group": group,
-        "group_pred": group_pred.astype(np.int32),
-        "num_groups": G,
+    padded = Layout(
+        observation_index=flat_index,
+        predictive_args=(group_pred.astype(np.int32),),
+        sizes={"group": G},
+        constant_data={"obs_group": group},
+        predictions_constant_data={"pred_group": group_pred},
+        dims={
+            "y_offset": ["group"],
+            "obs_group": ["obs"],
+            "pred_group": ["point"],
+            **({"Z": ["group", "inducing", "input_dim"]} if Z.ndim == 3 else {}),
+        },
+    )
+    return data, padded
+
+
+def read_layout(constant_data: Any, predictions_constant_data: Any) -> dict:
+    """The group codes a fit stored (:func:`prepare`'s ``constant_data``), as ``prepare``'s arguments.
+
+    Args:
+        constant_data, predictions_constant_data: the fit's groups of that name.
+
+    Returns:
+        {"group": the observations' codes, "group_pred": the prediction inputs'}.
+    """
+    return {
+        "group": np.asarray(constant_data["obs_group"].values),
+        "group_pred": np.asarray(predictions_constant_data["pred_group"].values),
     }
-    return data, extras
 
 
 def padded_index(group: np.ndarray) -> np.ndarray:
@@ -146,7 +187,8 @@ def _group_values(config: ModelConfig, G: int) -> dict[str, Any]:
             f"{name}_mu", dist.Normal(jnp.broadcast_to(loc, shape), scale).to_event(len(shape))
         )
         tau = numpyro.sample(f"{name}_tau", dist.HalfNormal(TAU_SCALE))
-        z = numpyro.sample(f"{name}_z", dist.Normal(jnp.zeros((G, *shape)), 1.0).to_event(1 + len(shape)))
+        with numpyro.plate("group", G):
+            z = numpyro.sample(f"{name}_z", dist.Normal(jnp.zeros(shape), 1.0).to_event(len(shape)))
         values[name] = numpyro.deterministic(name, jnp.exp(mu + tau * z))
     return values
 
@@ -156,7 +198,7 @@ def _group_factor(params_g, X_g, y_g, mask_g, Z_g, offset_g, config: ModelConfig
     kernel = config.family.build(params_g)
     noise = params_g["noise"]
     r = (y_g - offset_g) * mask_g
-    factor = parallel.sor_factor(kernel, X_g, r, Z_g, noise, config.jitter, mask=mask_g)
+    factor = woodbury_sums.sor_factor(kernel, X_g, r, Z_g, noise, config.jitter, mask=mask_g)
     return factor, kernel, X_g, r, Z_g, noise, mask_g
 
 
@@ -178,9 +220,13 @@ def model(data: dict, config: ModelConfig) -> None:
     ``data``: the padded layout of :func:`prepare` (``X`` (G, N_max, D), ``y`` (G, N_max) or None,
     ``mask``, ``Z``, ``y_offset`` (G,)); simulated y are 0 at the padding.
     """
-    G = data["y_offset"].shape[0]
+    G, N_max = data["X"].shape[:2]
     values = _group_values(config, G)
-    observe(ModelMarginal(log_density, simulate, values, data, config, data["X"].shape[:2], replicate), data)
+    marginal = ModelMarginal(
+        log_density, simulate, values, data, config, (N_max,), replicate, batch_shape=(G,)
+    )
+    with numpyro.plate("group", G):
+        observe(marginal, data)
 
 
 def simulate(key: jax.Array, sample_shape: tuple, params: dict, data: dict, config: ModelConfig) -> jax.Array:
@@ -224,16 +270,18 @@ def replicate(
 
 @partial(jax.jit, static_argnames="config")
 def log_density(params: dict, data: dict, config: ModelConfig):
-    """Σ_g log N(y_g | c_g, Q^(g) + σ_g² I), one batched computation over groups; -inf on failure."""
+    """log N(y_g | c_g, Q^(g) + σ_g² I) of each group g, shape (G,), one batched computation; -inf where a
+    group's factorisation fails.
+    """
     logp = _per_group(params, data, config, lambda f, *_: f.log_marginal_likelihood())
-    return linalg.finite_or_neg_inf(jnp.sum(logp))
+    return linalg.finite_or_neg_inf(logp)
 
 
 def log_likelihood(params: dict, data: dict, config: ModelConfig):
-    """Per-group SoR LOO conditionals in the padded layout (G·N_max,); the driver reorders them."""
+    """Per-group SoR LOO conditionals in the padded layout (G·N_max,) (the layout orders them)."""
 
     def loo(factor, kernel, X_g, r, Z_g, noise, mask_g):
-        return parallel.sor_loo(
+        return block_loo.sor_loo(
             factor,
             kernel,
             Z_g,
@@ -250,7 +298,7 @@ def log_likelihood(params: dict, data: dict, config: ModelConfig):
 
 def predict(params: dict, data: dict, config: ModelConfig, X_test, group_test):
     """Per-draw SoR moments at X_test, each point under its own group's hyperparameters and factor
-    (:func:`bayes_rbfn.gp.parallel.weight_space_moments` with that group's weight posterior).
+    (:func:`bayes_rbfn.gp.moments.weight_space_moments` with that group's weight posterior).
     """
     R, weights = _per_group(params, data, config, lambda f, *_: (f.weight_cov_factor(), f.weight_mean()))
     names = (*config.family.params, "noise")
@@ -259,7 +307,7 @@ def predict(params: dict, data: dict, config: ModelConfig, X_test, group_test):
     def one_point(x, g):
         kernel = config.family.build({k: params[k][g] for k in names})
         Z = data["Z"] if shared_Z else data["Z"][g]
-        mean, var, _ = parallel.weight_space_moments(R[g], weights[g], kernel.inducing_cross(Z, x[None, :]))
+        mean, var, _ = moments.weight_space_moments(R[g], weights[g], kernel.inducing_cross(Z, x[None, :]))
         return mean[0] + data["y_offset"][g], var[0]
 
     return jax.vmap(one_point)(X_test, group_test)
@@ -275,7 +323,7 @@ def layout(
     group: Any = None,
     group_pred: Any = None,
     X_pred: Any = None,
-) -> tuple[dict, dict]:
+) -> tuple[dict, Layout]:
     """:func:`prepare` as the spec's ``prepare`` hook: a constant prior mean is each group's own mean."""
     return prepare(X, y, Z, "mean" if constant_mean else y_offset, group, group_pred, X_pred)
 
@@ -289,6 +337,7 @@ SPEC = ModelSpec(
     description="hierarchical SoR GP for grouped data: per-group hyperparameters, partial pooling",
     grouped=True,
     prepare=layout,
+    read_layout=read_layout,
     predictive_inputs=("group",),
     rank=4,
 )

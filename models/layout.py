@@ -1,19 +1,71 @@
 """How a model lays out its data, and how its posterior sites are labelled: the defaults of
-:class:`~bayes_rbfn.models.ModelSpec`'s ``prepare``, ``site_dims`` and ``is_hyperparameter``.
+:class:`~bayes_rbfn.models.ModelSpec`'s ``prepare``, ``read_layout``, ``site_dims`` and
+``is_hyperparameter``, and :class:`Layout`, what the drivers may know of a layout.
 
 A model whose data or sites differ (the grouped model's padded (G, N_max) layout) passes its own functions
 on its spec; the drivers (:func:`bayes_rbfn.fit`, :func:`bayes_rbfn.infer.schema.rebuild`, SBC) only call
-them.
+them and read a :class:`Layout`, never a key of the model's data.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax.numpy as jnp
+import numpy as np
 
-__all__ = ["flat_layout", "is_hyperparameter", "site_dims"]
+__all__ = ["FLAT", "Layout", "flat_layout", "is_hyperparameter", "no_layout", "site_dims"]
+
+
+@dataclass(frozen=True, eq=False)
+class Layout:
+    """What the drivers need of a model's data layout, returned by its spec's ``prepare`` with the data.
+
+    Attributes:
+        observation_index: (N,) where each observation sits in the model's flattened layout of y (the
+            grouped model's (G, N_max) padding), or None where y is laid out in the order of the
+            observations.
+        predictive_args: arrays the spec's ``predict`` takes after X_test, one entry per test point (the
+            grouped model's group code of each), in the order of ``ModelSpec.predictive_inputs``.
+        sizes: named dimensions of the fit besides ``input_dim`` and ``inducing`` ({"group": G}).
+        constant_data, predictions_constant_data: arrays the fit stores to be read back by the spec's
+            ``read_layout`` (the group codes of the observations and of the prediction inputs).
+        dims: ArviZ dims of those arrays and of the data entries the layout shapes (``y_offset``, ``Z``).
+    """
+
+    observation_index: np.ndarray | None = None
+    predictive_args: tuple = ()
+    sizes: Mapping[str, int] = field(default_factory=dict)
+    constant_data: Mapping[str, np.ndarray] = field(default_factory=dict)
+    predictions_constant_data: Mapping[str, np.ndarray] = field(default_factory=dict)
+    dims: Mapping[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def flat(self) -> bool:
+        """Whether y is laid out in the order of the observations (so it can be cut by rows)."""
+        return self.observation_index is None
+
+    def to_observations(self, values: Any, batch_ndim: int) -> np.ndarray:
+        """``values`` laid out as the model's y, in the order of the observations.
+
+        Args:
+            values: an array whose leading ``batch_ndim`` axes are batch axes (chains, draws) and whose
+                trailing axes hold one value per entry of the model's y layout.
+            batch_ndim: the number of leading batch axes.
+
+        Returns:
+            The same values with shape (*batch, N).
+        """
+        values = np.asarray(values)
+        if self.observation_index is None:
+            return values
+        return values.reshape(*values.shape[:batch_ndim], -1)[..., self.observation_index]
+
+
+#: The layout of a model whose y is in the order of the observations.
+FLAT = Layout()
 
 #: Sites sampled per input dimension (ARD lengthscales, the co2 kernel's seasonal ones, the linear mean's
 #: slopes), by name prefix.
@@ -35,13 +87,16 @@ def flat_layout(
     group_pred: Any = None,
     X_pred: Any = None,
 ) -> tuple[dict, dict]:
-    """The model's data dict {X (N, D), y (N,), y_offset, x_centre (D,), Z (M, D)} and no extras.
+    """The model's data dict {X (N, D), y (N,), y_offset, x_centre (D,), Z (M, D)} and :data:`FLAT`.
 
     Args:
         X, y, Z: checked inputs, targets and inducing inputs (Z None for a model without them).
         y_offset: the constant part of the prior mean (a number). constant_mean: unused here (a grouped
             layout takes each group's own mean then).
         group, group_pred, X_pred: must be None/unused: this layout has no groups.
+
+    Returns:
+        (data, :data:`FLAT`).
     """
     del constant_mean, group_pred, X_pred
     if group is not None:
@@ -54,7 +109,20 @@ def flat_layout(
     }
     if Z is not None:
         data["Z"] = Z
-    return data, {}
+    return data, FLAT
+
+
+def no_layout(constant_data: Mapping[str, Any], predictions_constant_data: Mapping[str, Any]) -> dict:
+    """The arguments of ``prepare`` a fit's stored data give besides X, y and Z: none for a flat layout.
+
+    Args:
+        constant_data, predictions_constant_data: the fit's groups of that name.
+
+    Returns:
+        {} (a grouped layout returns its group codes).
+    """
+    del constant_data, predictions_constant_data
+    return {}
 
 
 def site_dims(name: str, shape: tuple[int, ...], sizes: Mapping[str, int]) -> list[str] | None:

@@ -10,6 +10,7 @@ through one of:
 =====================  ===============================================  ===========  ================
 ``gaussian``           Normal(f_i, σ)                                   identity     ``noise`` σ
 ``student_t``          StudentT(ν, f_i, σ) (robust to outliers)         identity     ``noise`` σ, ``df`` ν
+``laplace``            Laplace(f_i, b) (absolute errors: a median fit)  identity     ``noise`` b
 ``poisson``            Poisson(exp f_i)                                 log          —
 ``negative_binomial``  NegativeBinomial2(mean exp f_i, concentration φ)  log          ``concentration`` φ
 ``bernoulli``          Bernoulli(logits f_i)                            logit        —
@@ -17,7 +18,8 @@ through one of:
 
 Default priors of the extra parameters (replace them with ``fit(priors=...)``, pin them with ``fixed=``):
 
-* ``noise`` σ: LogNormal(log(0.2 sd(y)), 1), as for every Gaussian model of the collection;
+* ``noise`` σ: LogNormal(log(0.2 sd(y)), 1), as for every Gaussian model of the collection (the Laplace
+  scale b takes the same prior: its sd is √2 b);
 * ``df`` ν: Gamma(2, 0.1) — the prior of Juárez & Steel [1] (mode 10, mean 20): it keeps ν away from
   0 while letting the data choose between heavy tails (ν ≲ 5) and near-normality (ν ≳ 30);
 * ``concentration`` φ: LogNormal(log 10, 1.5): Var(y) = μ + μ²/φ, so overdispersion from slight
@@ -36,8 +38,9 @@ References
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax
@@ -59,6 +62,9 @@ class Likelihood:
         observe: (f (N,), {param: value}) → a NumPyro distribution with batch shape (N,).
         default_priors: y_sd → {param: prior} for ``params``.
         description: one line for ``--help``.
+        simulation_priors: {param: prior} for ``params`` under simulation-based calibration
+            (:mod:`bayes_rbfn.workflows.sbc`: a latent of unit scale on inputs in [0, 1]).
+        simulation_offset: the latent's constant prior mean there (the link of a typical mean of y).
     """
 
     name: str
@@ -67,6 +73,8 @@ class Likelihood:
     observe: Callable[[jax.Array, Mapping[str, Any]], dist.Distribution]
     default_priors: Callable[[float], dict[str, dist.Distribution]]
     description: str
+    simulation_priors: Mapping[str, dist.Distribution] = field(default_factory=dict)
+    simulation_offset: float = 0.0
 
     @property
     def marginalisable(self) -> bool:
@@ -119,6 +127,9 @@ def noise_prior(y_sd: float) -> dist.Distribution:
     return dist.LogNormal(float(np.log(0.2 * y_sd)), 1.0)
 
 
+#: The noise σ's prior under simulation-based calibration: about 30 % of the latent's unit scale.
+_SIMULATION_NOISE = dist.LogNormal(math.log(0.3), 0.4)
+
 LIKELIHOODS: dict[str, Likelihood] = {
     lik.name: lik
     for lik in (
@@ -129,6 +140,7 @@ LIKELIHOODS: dict[str, Likelihood] = {
             observe=lambda f, p: dist.Normal(f, p["noise"]),
             default_priors=lambda y_sd: {"noise": noise_prior(y_sd)},
             description="y ~ Normal(f, σ) (default; the weights can be marginalised)",
+            simulation_priors={"noise": _SIMULATION_NOISE},
         ),
         Likelihood(
             name="student_t",
@@ -137,6 +149,16 @@ LIKELIHOODS: dict[str, Likelihood] = {
             observe=lambda f, p: dist.StudentT(p["df"], f, p["noise"]),
             default_priors=lambda y_sd: {"noise": noise_prior(y_sd), "df": dist.Gamma(2.0, 0.1)},
             description="y ~ StudentT(ν, f, σ), robust to outliers; ν ~ Gamma(2, 0.1) or fixed",
+            simulation_priors={"noise": _SIMULATION_NOISE, "df": dist.LogNormal(math.log(5.0), 0.4)},
+        ),
+        Likelihood(
+            name="laplace",
+            params=("noise",),
+            link="identity",
+            observe=lambda f, p: dist.Laplace(f, p["noise"]),
+            default_priors=lambda y_sd: {"noise": noise_prior(y_sd)},
+            description="y ~ Laplace(f, b), absolute-error noise robust to outliers; b is the noise",
+            simulation_priors={"noise": _SIMULATION_NOISE},
         ),
         Likelihood(
             name="poisson",
@@ -145,6 +167,7 @@ LIKELIHOODS: dict[str, Likelihood] = {
             observe=lambda f, p: dist.Poisson(jnp.exp(f)),
             default_priors=lambda y_sd: {},
             description="counts: y ~ Poisson(exp f)",
+            simulation_offset=math.log(2.0),  # a rate of 2
         ),
         Likelihood(
             name="negative_binomial",
@@ -153,6 +176,8 @@ LIKELIHOODS: dict[str, Likelihood] = {
             observe=lambda f, p: dist.NegativeBinomial2(jnp.exp(f), p["concentration"]),
             default_priors=lambda y_sd: {"concentration": dist.LogNormal(float(np.log(10.0)), 1.5)},
             description="overdispersed counts: y ~ NegativeBinomial(mean exp f, concentration φ)",
+            simulation_priors={"concentration": dist.LogNormal(math.log(5.0), 0.5)},
+            simulation_offset=math.log(2.0),
         ),
         Likelihood(
             name="bernoulli",

@@ -7,9 +7,10 @@ docs/mathematics.md#function-space-and-weight-space-agree.
 
 Everything goes through the distribution :func:`marginal` (a
 :class:`~bayes_rbfn.models.distributions.SparseGP`), whose O(NM²) sums over the data (log density, its
-gradient, the LOO conditionals and the predictive) are taken by :mod:`bayes_rbfn.gp.parallel`: streamed in
-cache-sized chunks without ever forming K_uf, whitened before summing, with a hand-written reverse pass,
-and sharded over devices when ``config.mesh`` is set. The DTC, FITC and VFE models
+gradient, the LOO conditionals and the predictive) are taken by the streamed passes of
+:mod:`bayes_rbfn.gp.woodbury_sums`, :mod:`bayes_rbfn.gp.block_loo` and :mod:`bayes_rbfn.gp.moments`:
+streamed in cache-sized chunks without ever forming K_uf, whitened before summing, with a hand-written
+reverse pass, and sharded over devices when ``config.mesh`` is set. The DTC, FITC and VFE models
 (:mod:`bayes_rbfn.models.sparse_models`) are the same functions with another ``approx``.
 """
 

@@ -235,7 +235,7 @@ def augmented_sor_predict(
     """Latent f* under SoR with inducing inputs Z ∪ {x*}, one test point x* at a time ([3]).
 
     ``factor`` is SoR's Woodbury factorisation of Q_ff + σ²I for the centred y
-    (:func:`bayes_rbfn.gp.parallel.sor_factor`): L_uu, L_B with B = I + A Aᵀ/σ², A = L_uu⁻¹ K_uf, and
+    (:func:`bayes_rbfn.gp.woodbury_sums.sor_factor`): L_uu, L_B with B = I + A Aᵀ/σ², A = L_uu⁻¹ K_uf, and
     c = L_B⁻¹ A y/σ². Adding x* to Z borders L_uu by the row (a*ᵀ, √γ), a* = L_uu⁻¹ k_u*,
     γ = k** − ‖a*‖² (the squared power function of Z at x*); that adds the row wᵀ = (k_*f − a*ᵀA)/√γ to A
     and borders L_B by the row (lᵀ, δ),
@@ -246,7 +246,7 @@ def augmented_sor_predict(
 
         mean = bᵀc + e (wᵀy/σ² − lᵀc)/δ,       var = ‖b‖² + e²,
 
-    i.e. SoR's moments at x* (:func:`bayes_rbfn.gp.parallel.weight_space_moments`: bᵀc and ‖b‖²) plus a
+    i.e. SoR's moments at x* (:func:`bayes_rbfn.gp.moments.weight_space_moments`: bᵀc and ‖b‖²) plus a
     correction; the variance correction e² is non-negative, and tends to k** far from Z and from the
     data. O(NM) per test point; points are processed ``point_batch`` at a time (``jax.lax.map``), so the
     memory is O(point_batch · N) per draw rather than O(S · N).

@@ -31,18 +31,19 @@ class ModelConfig:
     fixed: Mapping[str, Any] = field(default_factory=dict)
     hyperprior: bool = False
     jitter: float | None = None
-    #: Performance settings of the streamed O(NM²) pass of the SoR family (:mod:`bayes_rbfn.gp.parallel`):
-    #: ``fast`` takes the sums before whitening (fewer flops, ill-conditioned; off by default),
-    #: ``chunk_size`` is the number of data points per chunk (None: cache-sized), ``mesh`` a
-    #: :class:`jax.sharding.Mesh` with a ``"data"`` axis to shard the pass over its devices, ``precision``
-    #: ``"float64"`` or ``"mixed"`` (kernel blocks and their products in float32, sums and factorisations in
-    #: float64; accurate only for a well-conditioned K_uu: :mod:`bayes_rbfn.gp.parallel`).
+    #: Performance settings of the streamed O(NM²) pass of the SoR family
+    #: (:mod:`bayes_rbfn.gp.woodbury_sums`): ``fast`` takes the sums before whitening (fewer flops,
+    #: ill-conditioned; off by default), ``chunk_size`` is the number of data points per chunk (None:
+    #: cache-sized), ``mesh`` a :class:`jax.sharding.Mesh` with a ``"data"`` axis to shard the pass over its
+    #: devices, ``precision`` ``"float64"`` or ``"mixed"`` (kernel blocks and their products in float32, sums
+    #: and factorisations in float64; accurate only for a well-conditioned K_uu:
+    #: :mod:`bayes_rbfn.gp.woodbury_sums`).
     fast: bool = False
     chunk_size: int | None = None
     mesh: Any = None
     precision: str = "float64"
     #: How the LOO conditionals treat points the model interpolates (``exact`` of
-    #: :func:`bayes_rbfn.gp.parallel.sor_loo`); :func:`bayes_rbfn.infer.fitting.pointwise_loo` sets it.
+    #: :func:`bayes_rbfn.gp.block_loo.sor_loo`); :func:`bayes_rbfn.infer.fitting.pointwise_loo` sets it.
     loo_exact: bool | str | None = None
     #: What ``log_likelihood`` returns per observation: ``"log_density"`` (the stored log-likelihood) or
     #: ``"pit"``, the same conditionals' CDFs at y_i (:func:`bayes_rbfn.infer.loo.loo_pit` sets it).
@@ -83,16 +84,20 @@ class ModelSpec:
     #: :data:`bayes_rbfn.defaults.DEFAULT_NUM_INDUCING` with several inputs too
     #: (:func:`bayes_rbfn.defaults.default_num_inducing`).
     samples_weights: bool = False
-    #: Its O(NM²) pass runs through :mod:`bayes_rbfn.gp.parallel`, so ``fit(shard=...)`` can split the data
-    #: over devices.
+    #: Its O(NM²) pass runs through the streamed passes (:mod:`bayes_rbfn.gp.streaming`), so
+    #: ``fit(shard=...)`` can split the data over devices.
     shards_data: bool = False
-    #: Its O(NM²) sums run through the streamed pass of :mod:`bayes_rbfn.gp.parallel`, so that
+    #: Its O(NM²) sums run through the streamed pass of :mod:`bayes_rbfn.gp.woodbury_sums`, so that
     #: ``fit(precision="mixed")`` applies to it (``ModelConfig.precision``).
     takes_precision: bool = False
     #: Lays the data out for the model: ``prepare(X, y, Z, *, y_offset, constant_mean, group, group_pred,
-    #: X_pred) → (data, extras)``, ``extras`` holding what the drivers need besides (the grouped layout's
-    #: ``obs_index``, ``group``, ``group_pred``, ``num_groups``). Default :func:`layout.flat_layout`.
-    prepare: Callable[..., tuple[dict, dict]] = layout.flat_layout
+    #: X_pred) → (data, layout)``, the :class:`~bayes_rbfn.models.layout.Layout` being all the drivers
+    #: read of it (the order of the observations, the predictive's extra inputs, what the fit stores).
+    #: Default :func:`layout.flat_layout`.
+    prepare: Callable[..., tuple[dict, layout.Layout]] = layout.flat_layout
+    #: ``prepare``'s arguments besides X, y and Z that a stored fit gives back:
+    #: ``read_layout(constant_data, predictions_constant_data) → dict`` (the grouped model's codes).
+    read_layout: Callable[..., dict] = layout.no_layout
     #: ArviZ dims of a posterior site: ``site_dims(name, shape, sizes) → list | None``.
     site_dims: Callable[..., list[str] | None] = layout.site_dims
     #: Whether a posterior variable is a hyperparameter (summarised and reported): ``(name, dims) → bool``.

@@ -61,6 +61,8 @@ def gram(spec, X1, X2=None):
         return s2 * (1.0 + np.sqrt(3.0) * r) * np.exp(-np.sqrt(3.0) * r)
     if kind == "matern52":
         return s2 * (1.0 + np.sqrt(5.0) * r + 5.0 * r**2 / 3.0) * np.exp(-np.sqrt(5.0) * r)
+    if kind == "imq":
+        return s2 / np.sqrt(1.0 + r**2)
     raise ValueError(f"unknown kernel kind {kind!r}")
 
 

@@ -44,7 +44,7 @@ def test_blas_pinned_on_the_cpu():
 
 def test_streamed_pass_chunks_fill_a_gpu_and_fit_a_cpu_cache(monkeypatch):
     """The chunk of the streamed O(NM²) pass: ≈ 1 MiB of K_uc on the CPU, ≈ 128 MiB on an accelerator."""
-    from bayes_rbfn.gp.parallel import chunk_size_for
+    from bayes_rbfn.gp.streaming import chunk_size_for
 
     monkeypatch.setattr(jax, "default_backend", lambda: "cpu")  # also where the suite runs on a GPU
     assert (chunk_size_for(64), chunk_size_for(256)) == (2048, 512)
@@ -129,7 +129,7 @@ def test_sor_pass_takes_its_products_at_full_precision(precision, dtype):
     JAX's default rounds float32 products to TF32 (10-bit mantissa), which moved an H200's float32 sums by
     5e-4 relative and made "mixed" wrong by O(1) on an H100. A CPU ignores the setting, so this reads the
     traced program instead of the numbers."""
-    from bayes_rbfn.gp import kernels, parallel
+    from bayes_rbfn.gp import block_loo, kernels, moments, woodbury_sums
     from bayes_rbfn.models import ModelConfig
     from bayes_rbfn.models import sor as sor_model
     from bayes_rbfn.models.families import FAMILIES
@@ -145,10 +145,10 @@ def test_sor_pass_takes_its_products_at_full_precision(precision, dtype):
 
     def predictive(params):
         kernel = kernels.SquaredExponential(params["variance"], params["lengthscale"])
-        factor = parallel.sor_factor(kernel, X, y, Z, params["noise"], precision=precision)
+        factor = woodbury_sums.sor_factor(kernel, X, y, Z, params["noise"], precision=precision)
         d = params["noise"] ** 2
-        loo = parallel.sor_loo(factor, kernel, Z, X, y, d)
-        return loo, parallel.sor_moments(factor, kernel, Z, X[:100], precision=precision)
+        loo = block_loo.sor_loo(factor, kernel, Z, X, y, d)
+        return loo, moments.sor_moments(factor, kernel, Z, X[:100], precision=precision)
 
     programs = {
         "log density and gradient": jax.value_and_grad(lambda p: sor_model.log_density(p, data, config)),

@@ -256,7 +256,7 @@ def _run_compare(args: argparse.Namespace, console: Console) -> int:
                     warmup=args.warmup,
                     seed=args.seed,
                     target_accept=args.target_accept,
-                    dense_mass=True if args.dense_mass is None else bool(args.dense_mass),
+                    dense_mass=args.dense_mass,
                     max_tree_depth=args.max_tree_depth or planning.DEFAULT_MAX_TREE_DEPTH,
                     init=args.init,
                     progress=not console.quiet,

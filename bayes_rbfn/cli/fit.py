@@ -62,6 +62,7 @@ from bayes_rbfn.cli.resume import (
 )
 from bayes_rbfn.defaults import (
     DEFAULT_NUM_INDUCING,
+    DENSE_MASS_MAX_PARAMS,
     EXACT_MAX_POINTS,
     INDUCING_WORK,
     MAX_NUM_INDUCING,
@@ -372,7 +373,7 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
             warmup=args.warmup,
             seed=args.seed,
             target_accept=args.target_accept,
-            dense_mass=(not spec.grouped) if args.dense_mass is None else bool(args.dense_mass),
+            dense_mass=args.dense_mass,
             max_tree_depth=args.max_tree_depth
             or planning.DATASET_TREE_DEPTHS.get(packaged, planning.DEFAULT_MAX_TREE_DEPTH),
             init=args.init,
@@ -549,6 +550,12 @@ def _inputs(args: argparse.Namespace) -> list[str]:
     return [path for path in (getattr(args, "data", None), getattr(args, "test", None)) if path]
 
 
+def _mass_matrix(dense_mass: bool | None) -> str:
+    if dense_mass is None:
+        return f"dense mass matrix up to {DENSE_MASS_MAX_PARAMS} sampled values, else diagonal"
+    return "dense mass matrix" if dense_mass else "diagonal mass matrix"
+
+
 def _announce(plan: FitPlan, console: Console) -> None:
     d = plan.data
     N = d.X.shape[0]
@@ -569,7 +576,7 @@ def _announce(plan: FitPlan, console: Console) -> None:
     console.say(
         f"Sampling: {s.chains} chain(s) {how} × ({s.warmup} warm-up + {s.draws} draws), NUTS "
         f"target_accept {s.target_accept:g}, max tree depth {s.max_tree_depth}, "
-        f"{'dense' if s.dense_mass else 'diagonal'} mass matrix. "
+        f"{_mass_matrix(s.dense_mass)}. "
         "Compiling first (faster on later runs: the compilation cache) ..."
     )
 

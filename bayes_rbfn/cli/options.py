@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from bayes_rbfn.cli.common import PROG, Console, UserError
-from bayes_rbfn.defaults import INITS, MAP_START_MIN_POINTS, MAX_TREE_DEPTH
+from bayes_rbfn.defaults import DENSE_MASS_MAX_PARAMS, INITS, MAP_START_MIN_POINTS, MAX_TREE_DEPTH
 from bayes_rbfn.io.datasets import Dataset, list_datasets, load_dataset
 from bayes_rbfn.io.reader import read_xy_csv
 from bayes_rbfn.workflows.planning import (
@@ -263,7 +263,8 @@ def sampler_arguments(parser: argparse.ArgumentParser) -> None:
         "--dense-mass",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="adapt a dense mass matrix (default: dense, except for grouped models)",
+        help="adapt a dense mass matrix (default: dense when the model samples at most "
+        f"{DENSE_MASS_MAX_PARAMS} values, as fit(dense_mass=None); else diagonal)",
     )
     sampler.add_argument(
         "--init",

@@ -10,8 +10,9 @@ Two layers:
   are what the model layer calls inside ``jit``/NUTS; they never raise.
 
 The SoR formulas that touch the data (the Woodbury factor, the LOO conditionals, the predictive moments)
-each live once, in the streamed pass of :mod:`bayes_rbfn.gp.parallel`; the public SoR functions here
-validate their input and call them (a dense problem is one chunk of that pass).
+each live once, in the streamed passes of :mod:`bayes_rbfn.gp.woodbury_sums`, :mod:`bayes_rbfn.gp.block_loo`
+and :mod:`bayes_rbfn.gp.moments`; the public SoR functions here validate their input and call them (a dense
+problem is one chunk of those passes).
 
 Notation follows docs/mathematics.md#notation: ``Kfu = k(X, Z)``, ``Kuu = k(Z, Z)``, ``Ksu = k(X_test, Z)``,
 ``noise`` = σ.
@@ -40,7 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayes_rbfn.gp import linalg, parallel
+from bayes_rbfn.gp import block_loo, linalg, moments, woodbury_sums
 from bayes_rbfn.gp.kernels import (
     ActiveDims,
     Additive,
@@ -219,7 +220,7 @@ def exact_loo(
 
 
 # --------------------------------------------------------------------------------------------------
-# SoR / Bayesian RBFN (traceable; the data pass is bayes_rbfn.gp.parallel's)
+# SoR / Bayesian RBFN (traceable; the data passes are bayes_rbfn.gp.woodbury_sums' and gp.moments')
 
 
 @linalg.full_precision
@@ -235,7 +236,7 @@ def component_predict(
 
     The weights' posterior α | y ~ N(m, RᵀR) of the whole network (``factor`` of its Woodbury pass, every
     component at once) restricted to component c's block: mean = K_{*u_c} m_c, cov = K_{*u_c} Σ_cc K_{u_c*}
-    with Σ_cc = R_{:,c}ᵀ R_{:,c} (:func:`bayes_rbfn.gp.parallel.weight_space_moments`). The components'
+    with Σ_cc = R_{:,c}ᵀ R_{:,c} (:func:`bayes_rbfn.gp.moments.weight_space_moments`). The components'
     predictive means add up to :func:`sor_predict`'s; their covariances do not, the components being
     correlated a posteriori.
 
@@ -251,7 +252,7 @@ def component_predict(
     block = kernel.block(name)
     Kus = kernel.component(name)(Z[block], X_test)
     R = factor.weight_cov_factor()[:, block]
-    mean, var, cov = parallel.weight_space_moments(R, factor.weight_mean()[block], Kus, full_cov=full_cov)
+    mean, var, cov = moments.weight_space_moments(R, factor.weight_mean()[block], Kus, full_cov=full_cov)
     return Gaussian(mean=mean, var=var, cov=cov)
 
 
@@ -271,42 +272,42 @@ def sor_predict(
     """Latent f* | y under SoR: f* = K_*u α with α | y Gaussian
     (docs/mathematics.md#function-space-and-weight-space-agree; eq. (16) of [2]).
 
-    mean = K_*u Σ K_uf D⁻¹ y, cov = K_*u Σ K_u* (:func:`bayes_rbfn.gp.parallel.weight_space_moments`),
+    mean = K_*u Σ K_uf D⁻¹ y, cov = K_*u Σ K_u* (:func:`bayes_rbfn.gp.moments.weight_space_moments`),
     Σ = (K_uu + K_uf D⁻¹ K_fu)⁻¹; without ``full_cov`` streamed over chunks of test points
-    (:func:`bayes_rbfn.gp.parallel.sor_moments`).
+    (:func:`bayes_rbfn.gp.moments.sor_moments`).
 
     SoR puts the Nyström covariance Q_** on the test points, so its variance collapses far from Z
     (docs/mathematics.md#the-sor-family-and-its-variance-collapse). With ``exact_test_prior`` the exact K_**
     is put there instead, which adds the prior
     variance K_** − Q_** the Nyström prior drops (its diagonal:
-    :func:`bayes_rbfn.gp.parallel.nystrom_residual`): ``N(K_*u Σ K_uf D⁻¹ y, K_** − Q_** + K_*u Σ K_u*)``,
+    :func:`bayes_rbfn.gp.moments.nystrom_residual`): ``N(K_*u Σ K_uf D⁻¹ y, K_** − Q_** + K_*u Σ K_u*)``,
     the predictive of DTC and VFE (D = σ²I) and of FITC (D = Λ) — eqs. (20)–(21) and (24)–(25) of
     Quiñonero-Candela & Rasmussen (2005) [2], and Titsias's optimal q(u) for VFE. FITC's test conditional is
     exact (FITC proper, not FIC), so its full covariance carries K_** − Q_** off the diagonal too.
 
     Args:
         factor: the :class:`~bayes_rbfn.gp.linalg.Woodbury` of Q_ff + diag(d) for y
-            (:func:`bayes_rbfn.gp.parallel.woodbury_factor`). kernel: covariance function. Z: (M, D).
+            (:func:`bayes_rbfn.gp.woodbury_sums.woodbury_factor`). kernel: covariance function. Z: (M, D).
         X_test: (S, D). full_cov: also return the (S, S) covariance.
         exact_test_prior: K_** instead of Q_** at the test points (DTC, FITC, VFE).
-        chunk_size, mesh: the streamed pass's settings (:func:`bayes_rbfn.gp.parallel.woodbury_stats`).
+        chunk_size, mesh: the streamed pass's settings (:func:`bayes_rbfn.gp.woodbury_sums.woodbury_stats`).
         precision: ``"mixed"``: SoR's streamed moments (not ``full_cov``) in float32 chunks
-            (:func:`bayes_rbfn.gp.parallel.sor_moments`); the prior variance K_** − Q_** stays float64.
+            (:func:`bayes_rbfn.gp.moments.sor_moments`); the prior variance K_** − Q_** stays float64.
 
     Returns:
         :class:`Gaussian` with ``mean`` (S,), ``var`` (S,) and ``cov`` (S, S) when ``full_cov``.
     """
     if not full_cov:
-        mean, var = parallel.sor_moments(
+        mean, var = moments.sor_moments(
             factor, kernel, Z, X_test, chunk_size=chunk_size, mesh=mesh, precision=precision
         )
         if exact_test_prior:
-            var = var + parallel.nystrom_residual(
+            var = var + moments.nystrom_residual(
                 kernel, Z, factor.Luu, X_test, chunk_size=chunk_size, mesh=mesh
             )
         return Gaussian(mean=mean, var=var)
     Kus = kernel.inducing_cross(Z, X_test)
-    mean, _, cov = parallel.weight_space_moments(
+    mean, _, cov = moments.weight_space_moments(
         factor.weight_cov_factor(), factor.weight_mean(), Kus, full_cov=True
     )
     if exact_test_prior:
@@ -425,7 +426,7 @@ def sor(
 
     Function space: ``N(Q_*f (Q_ff+σ²I)⁻¹ y, Q_** − Q_*f (Q_ff+σ²I)⁻¹ Q_f*)``; computed in weight space
     as f* = K_*u α, α | y ~ N(Σ K_uf y/σ², Σ), Σ = (K_uf K_fu/σ² + K_uu)⁻¹, in O(NM² + SM²) without any
-    N×N matrix (:func:`bayes_rbfn.gp.parallel.sor_factor`, :func:`sor_predict`). Equation (16) of [2].
+    N×N matrix (:func:`bayes_rbfn.gp.woodbury_sums.sor_factor`, :func:`sor_predict`). Equation (16) of [2].
 
     Args:
         kernel: covariance function. X: (N, D) or (N,). y: (N,). Z: (M, D) distinct inducing inputs.
@@ -435,7 +436,8 @@ def sor(
     X, y, noise, Z, X_test, jitter = check_regression_inputs(
         X, y, noise, Z, X_test, kernel=kernel, jitter=jitter
     )
-    result = sor_predict(parallel.sor_factor(kernel, X, y, Z, noise, jitter), kernel, Z, X_test, full_cov)
+    factor = woodbury_sums.sor_factor(kernel, X, y, Z, noise, jitter)
+    result = sor_predict(factor, kernel, Z, X_test, full_cov)
     raise_if_not_finite(result, "sor")
     return result
 
@@ -446,10 +448,10 @@ def rbfn_weights(kernel: Kernel, X: Any, y: Any, Z: Any, noise: Any, jitter: flo
     (docs/mathematics.md#function-space-and-weight-space-agree).
 
     The prior is α ~ N(0, K_uu⁻¹) and the likelihood y ~ N(K_fu α, σ²I); Σ = RᵀR from the SoR factor
-    (:func:`bayes_rbfn.gp.parallel.sor_factor`). Returns ``mean`` (M,), ``cov`` (M, M) and ``var`` (M,).
+    (:func:`bayes_rbfn.gp.woodbury_sums.sor_factor`). Returns ``mean`` (M,), ``cov`` (M, M) and ``var`` (M,).
     """
     X, y, noise, Z, _, jitter = check_regression_inputs(X, y, noise, Z, kernel=kernel, jitter=jitter)
-    factor = parallel.sor_factor(kernel, X, y, Z, noise, jitter)
+    factor = woodbury_sums.sor_factor(kernel, X, y, Z, noise, jitter)
     R = factor.weight_cov_factor()
     cov = R.T @ R
     result = Gaussian(mean=factor.weight_mean(), var=jnp.diagonal(cov), cov=cov)
@@ -471,7 +473,7 @@ def nystrom_krr(
     X, y, noise, Z, X_test, jitter = check_regression_inputs(
         X, y, noise, Z, X_test, kernel=kernel, jitter=jitter
     )
-    factor = parallel.sor_factor(kernel, X, y, Z, noise, jitter)
+    factor = woodbury_sums.sor_factor(kernel, X, y, Z, noise, jitter)
     mean = sor_predict(factor, kernel, Z, X_test, full_cov=False).mean
     raise_if_not_finite(mean, "nystrom_krr")
     return mean
@@ -503,13 +505,13 @@ def log_marginal_likelihood(
 ) -> jax.Array:
     """log p(y): exact GP ``log N(y | 0, K_ff + σ²I)`` when Z is None (eq. (2.30) of [1]), else SoR's
     ``log N(y | 0, Q_ff + σ²I)`` in O(NM²) (eq. (17) of [2] with Λ = 0;
-    :func:`bayes_rbfn.gp.parallel.sor_factor`).
+    :func:`bayes_rbfn.gp.woodbury_sums.sor_factor`).
     """
     X, y, noise, Z, _, jitter = check_regression_inputs(X, y, noise, Z, kernel=kernel, jitter=jitter)
     if Z is None:
         value = exact_log_marginal(kernel, X, y, noise)
     else:
-        value = parallel.sor_factor(kernel, X, y, Z, noise, jitter).log_marginal_likelihood()
+        value = woodbury_sums.sor_factor(kernel, X, y, Z, noise, jitter).log_marginal_likelihood()
     raise_if_not_finite(value, "log_marginal_likelihood")
     return value
 
@@ -518,7 +520,7 @@ def loo_log_density(
     kernel: Kernel, X: Any, y: Any, noise: Any, Z: Any = None, jitter: float | None = None
 ) -> jax.Array:
     """Leave-one-out conditionals log p(y_i | y_−i), shape (N,): exact GP when Z is None, else SoR in O(NM²)
-    (:func:`bayes_rbfn.gp.parallel.sor_loo`).
+    (:func:`bayes_rbfn.gp.block_loo.sor_loo`).
 
     These are what the models store as ``log_likelihood`` for PSIS-LOO (docs/output.md; [4]).
     """
@@ -526,7 +528,7 @@ def loo_log_density(
     if Z is None:
         value = exact_loo(kernel, X, y, noise)
     else:
-        factor = parallel.sor_factor(kernel, X, y, Z, noise, jitter)
-        value = parallel.sor_loo(factor, kernel, Z, X, y, noise**2)
+        factor = woodbury_sums.sor_factor(kernel, X, y, Z, noise, jitter)
+        value = block_loo.sor_loo(factor, kernel, Z, X, y, noise**2)
     raise_if_not_finite(value, "loo_log_density")
     return value

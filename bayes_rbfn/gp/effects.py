@@ -14,7 +14,7 @@ diagonal:
     log|E| = Σ_i log d_i + Σ_g log(1 + τ² s_g).
 
 The Woodbury factor of Q_ff + E (:class:`~bayes_rbfn.gp.linalg.Woodbury`) needs only the whitened sums of
-the package's one streamed pass with weights ω (:func:`bayes_rbfn.gp.parallel.woodbury_stats`, A =
+the package's one streamed pass with weights ω (:func:`bayes_rbfn.gp.woodbury_sums.woodbury_stats`, A =
 L_uu⁻¹ K_uf D^-½) less a rank-G correction from the group sums P = L_uu⁻¹ K_uf Ω H (M, G) and
 h = Hᵀ Ω y (G,):
 
@@ -46,7 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayes_rbfn.gp import linalg, parallel
+from bayes_rbfn.gp import linalg, woodbury_sums
 from bayes_rbfn.gp.conditional import Gaussian
 from bayes_rbfn.gp.kernels import Kernel
 from bayes_rbfn.gp.validation import check_positive_int, is_concrete
@@ -154,7 +154,7 @@ def factor(
         d: the noise variance, scalar or (N,). Luu: (M, M) Cholesky factor of K_uu.
         codes: (N,) int group codes 0 … G−1. num_groups: G. scale: τ, the effects' standard deviation.
         settings: the streamed pass's settings (``fast``, ``chunk_size``, ``mesh``, ``precision`` of
-            :func:`bayes_rbfn.gp.parallel.woodbury_stats`).
+            :func:`bayes_rbfn.gp.woodbury_sums.woodbury_stats`).
 
     Returns:
         (the :class:`~bayes_rbfn.gp.linalg.Woodbury` of C, its quadratic form in the residual form
@@ -163,7 +163,7 @@ def factor(
         :func:`replicates` take).
     """
     terms = group_terms(kernel, Z, X, d, codes, num_groups, scale)
-    AAt, Ay, yDy, logdet_d = parallel.woodbury_stats(kernel, Z, X, y, d, Luu, **settings)
+    AAt, Ay, yDy, logdet_d = woodbury_sums.woodbury_stats(kernel, Z, X, y, d, Luu, **settings)
     P = linalg.solve_lower(Luu, terms.Q)
     h = _group_sum(terms.omega * y, codes, num_groups)
     stats = (

@@ -53,7 +53,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayes_rbfn.gp import linalg, parallel
+from bayes_rbfn.gp import linalg, moments
 from bayes_rbfn.gp.conditional import check_kernel, raise_if_not_finite
 from bayes_rbfn.gp.kernels import Kernel, as_2d, safe_sqrt, scaled_sqdist
 from bayes_rbfn.gp.validation import check_X, check_y, count_distinct_rows, is_concrete
@@ -322,7 +322,7 @@ def power_function(kernel: Kernel, X: Any, Y: Any, jitter: float | None = 0.0) -
     It is the noise-free GP posterior standard deviation at y given exact values at X, and bounds the
     interpolation error: ``|f(y) − f̂(y)| ≤ P_X(y) sqrt(‖f‖²_H − ‖f̂‖²_H)``. Computed as
     ``k(y, y) − ‖L⁻¹ k_Xy‖²`` with ``L Lᵀ = K_XX``: the Nyström residual diag(K_** − Q_**) with the nodes
-    as inducing inputs (:func:`bayes_rbfn.gp.parallel.nystrom_residual`;
+    as inducing inputs (:func:`bayes_rbfn.gp.moments.nystrom_residual`;
     docs/mathematics.md#inducing-inputs-at-the-data), whose clamp at 0
     keeps rounding near the nodes from making it negative before the square root.
 
@@ -355,7 +355,7 @@ def power_function(kernel: Kernel, X: Any, Y: Any, jitter: float | None = 0.0) -
 @partial(jax.jit, static_argnames=("jitter",))
 def _power_function_squared(kernel: Kernel, X: jax.Array, Y: jax.Array, jitter: float | None) -> jax.Array:
     # P_X(y)² is the Nyström residual of the nodes X: k(y, y) − ‖L⁻¹ k_Xy‖² with L Lᵀ = K_XX, clamped at 0.
-    return parallel.nystrom_residual(kernel, X, linalg.cholesky(kernel(X, X), jitter=jitter), Y)
+    return moments.nystrom_residual(kernel, X, linalg.cholesky(kernel(X, X), jitter=jitter), Y)
 
 
 def native_norm(interpolant: Interpolant) -> jax.Array:

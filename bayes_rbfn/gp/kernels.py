@@ -12,10 +12,11 @@ The algebra users expect:
   ``SquaredExponential(1.0).on_dims([0]) + Linear(0.5).on_dims([1])`` is one kernel of 2-D inputs. The
   columns are static (pytree aux data), not leaves.
 
-Besides the stationary kernels (squared exponential, exponential, Matérn, rational quadratic) and the
+Besides the stationary kernels (squared exponential, exponential, Matérn, rational quadratic, inverse
+multiquadric) and the
 periodic one there are :class:`Linear` (dot product), :class:`Constant` and :class:`WhiteNoise`. The first
 two are not functions of x − x' alone; code that shifts the inputs to gain precision
-(:mod:`~bayes_rbfn.gp.parallel`) does so only for kernels it knows to be translation-invariant.
+(:mod:`~bayes_rbfn.gp.streaming`) does so only for kernels it knows to be translation-invariant.
 
 Inputs may be ``(N,)`` (one input dimension) or ``(N, D)``. Hyperparameters follow
 docs/mathematics.md#notation: ``variance``
@@ -30,6 +31,8 @@ References
 ----------
 [1] Rasmussen, C. E. & Williams, C. K. I. (2006). *Gaussian Processes for Machine Learning*, ch. 4.
 [2] Bindel, D. (2019). Notes on kernels, interpolation and the power function (CS 6241).
+[3] Micchelli, C. A. (1986). Interpolation of scattered data: distance matrices and conditionally
+    positive definite functions. Constructive Approximation 2, 11–22.
 """
 
 from __future__ import annotations
@@ -43,7 +46,9 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.linalg
 import numpy as np
+import numpyro.distributions as dist
 
+from bayes_rbfn.gp.priors import DataScales, lengthscale_prior, variance_prior
 from bayes_rbfn.gp.validation import is_concrete
 
 __all__ = [
@@ -52,6 +57,7 @@ __all__ = [
     "Categorical",
     "Constant",
     "Exponential",
+    "InverseMultiquadric",
     "Kernel",
     "Linear",
     "Matern32",
@@ -199,12 +205,32 @@ class Kernel:
     Subclasses list their hyperparameters in ``params`` (array leaves of the pytree, or nested kernels),
     any hashable non-array settings in ``static`` (the pytree's aux data), and implement ``__call__`` and
     ``diag``. Instances are immutable.
+
+    A class that sets ``family`` (a name) and gives :meth:`default_priors` is a kernel family of the
+    collection: ``fit(kernel=name)`` and ``--kernel name`` sample its ``params`` under those priors
+    (:data:`bayes_rbfn.models.families.FAMILIES` lists every such class, in the order of definition).
     """
 
     params: ClassVar[tuple[str, ...]] = ()
     static: ClassVar[tuple[str, ...]] = ()
     positive: ClassVar[tuple[str, ...]] = ()
     nonnegative: ClassVar[tuple[str, ...]] = ()
+    #: The name of the kernel family this class is (``fit(kernel=...)``, ``--kernel``); None: not one.
+    family: ClassVar[str | None] = None
+    #: The family's one-line description, for ``--help``.
+    description: ClassVar[str] = ""
+
+    @classmethod
+    def default_priors(cls, scales: DataScales) -> dict[str, dist.Distribution]:
+        """The default prior of each hyperparameter in ``params``, on the data's scale.
+
+        Args:
+            scales: the training data's scales (:func:`~bayes_rbfn.gp.priors.data_scales`).
+
+        Returns:
+            {name: NumPyro distribution}, one per name of ``params``.
+        """
+        raise NotImplementedError(f"{cls.__name__} has no default priors")
 
     # NumPy scalars and arrays defer to Kernel.__rmul__ instead of broadcasting over the kernel.
     __array_ufunc__ = None
@@ -312,7 +338,13 @@ class Stationary(Kernel):
     def __init__(self, lengthscale: Any = 1.0, variance: Any = 1.0) -> None:
         self._set(lengthscale=lengthscale, variance=variance)
 
+    @classmethod
+    def default_priors(cls, scales: DataScales) -> dict[str, dist.Distribution]:
+        """``lengthscale`` (ARD when D > 1) and ``variance`` on the data's scale (:mod:`.priors`)."""
+        return {"lengthscale": lengthscale_prior(scales), "variance": variance_prior(scales)}
+
     def profile(self, r2: jax.Array) -> jax.Array:
+        """g(r²), the kernel's correlation at scaled squared distance r²."""
         raise NotImplementedError
 
     def __call__(self, X1: Any, X2: Any | None = None) -> jax.Array:
@@ -326,12 +358,18 @@ class Stationary(Kernel):
 class SquaredExponential(Stationary):
     """Squared exponential k = s² exp(−r²/2) (RBF kernel). See eq. (4.9) in [1] of the module."""
 
+    family = "se"
+    description = "squared exponential (RBF), ARD lengthscales when D > 1"
+
     def profile(self, r2: jax.Array) -> jax.Array:
         return jnp.exp(-0.5 * r2)
 
 
 class Exponential(Stationary):
     """Exponential (Matérn 1/2) k = s² exp(−r). Positive definite but not differentiable at r = 0."""
+
+    family = "exponential"
+    description = "exponential (Matérn 1/2)"
 
     def profile(self, r2: jax.Array) -> jax.Array:
         return jnp.exp(-safe_sqrt(r2))
@@ -340,6 +378,9 @@ class Exponential(Stationary):
 class Matern32(Stationary):
     """Matérn 3/2 k = s² (1 + √3 r) exp(−√3 r). See eq. (4.17) in [1] of the module."""
 
+    family = "matern32"
+    description = "Matérn 3/2, ARD lengthscales when D > 1"
+
     def profile(self, r2: jax.Array) -> jax.Array:
         r = _SQRT3 * safe_sqrt(r2)
         return (1.0 + r) * jnp.exp(-r)
@@ -347,6 +388,9 @@ class Matern32(Stationary):
 
 class Matern52(Stationary):
     """Matérn 5/2 k = s² (1 + √5 r + 5r²/3) exp(−√5 r). See eq. (4.17) in [1] of the module."""
+
+    family = "matern52"
+    description = "Matérn 5/2, ARD lengthscales when D > 1"
 
     def profile(self, r2: jax.Array) -> jax.Array:
         r = _SQRT5 * safe_sqrt(r2)
@@ -363,12 +407,38 @@ class RationalQuadratic(Stationary):
 
     params = ("lengthscale", "variance", "alpha")
     positive = ("lengthscale", "variance", "alpha")
+    family = "rq"
+    description = "rational quadratic (a mixture of SE lengthscales) with a sampled shape alpha"
 
     def __init__(self, lengthscale: Any = 1.0, variance: Any = 1.0, alpha: Any = 1.0) -> None:
         self._set(lengthscale=lengthscale, variance=variance, alpha=alpha)
 
+    @classmethod
+    def default_priors(cls, scales: DataScales) -> dict[str, dist.Distribution]:
+        """The stationary priors, and ``alpha`` ~ LogNormal(0, 1): its median at 1 and 95 % of its mass
+        between ~0.14 (long-tailed: correlations decay like a power of the distance) and ~7 (already close
+        to the squared exponential, the limit α → ∞).
+        """
+        return {**super().default_priors(scales), "alpha": dist.LogNormal(0.0, 1.0)}
+
     def profile(self, r2: jax.Array) -> jax.Array:
         return jnp.exp(-self.alpha * jnp.log1p(r2 * (0.5 / self.alpha)))
+
+
+class InverseMultiquadric(Stationary):
+    """Inverse multiquadric k = s² (1 + r²)^(−1/2), with r² the ARD-scaled squared distance.
+
+    A classic radial basis of RBF networks (Hardy's multiquadric inverted): positive definite for every
+    lengthscale (a completely monotone function of r², [3] of the module), and the rational quadratic at
+    α = 1/2 with its lengthscale halved. Its correlations decay like 1/r, far more slowly than the squared
+    exponential's.
+    """
+
+    family = "imq"
+    description = "inverse multiquadric 1/√(1 + r²) (heavy-tailed correlations), ARD when D > 1"
+
+    def profile(self, r2: jax.Array) -> jax.Array:
+        return jax.lax.rsqrt(1.0 + r2)
 
 
 class Periodic(Kernel):
@@ -383,9 +453,22 @@ class Periodic(Kernel):
 
     params = ("lengthscale", "variance", "period")
     positive = ("lengthscale", "variance", "period")
+    family = "periodic"
+    description = "periodic (MacKay) with a sampled period"
 
     def __init__(self, lengthscale: Any = 1.0, variance: Any = 1.0, period: Any = 1.0) -> None:
         self._set(lengthscale=lengthscale, variance=variance, period=period)
+
+    @classmethod
+    def default_priors(cls, scales: DataScales) -> dict[str, dist.Distribution]:
+        """``lengthscale`` ~ LogNormal(0, 1) (relative to the period: the sine's argument has no units),
+        ``variance`` on the data's scale, ``period`` ~ LogNormal(log(range / 4), 1).
+        """
+        return {
+            "lengthscale": dist.LogNormal(0.0, 1.0),
+            "variance": variance_prior(scales),
+            "period": dist.LogNormal(float(np.log(np.mean(scales.input_range) / 4)), 1.0),
+        }
 
     def __call__(self, X1: Any, X2: Any | None = None) -> jax.Array:
         X1 = as_2d(X1)

@@ -18,7 +18,7 @@ so that (matrix determinant lemma and Woodbury identity)
 B has every eigenvalue ≥ 1, so its Cholesky factor cannot fail however small the noise (the argument
 numpyro's ``LowRankMultivariateNormal`` makes for its capacitance matrix). Only the M×M sums AAᵀ and
 A D^-½ y (A = L_uu⁻¹ K_uf D^-½), yᵀD⁻¹y and Σ log d need a pass over the data: plain sums over data
-points, which :func:`bayes_rbfn.gp.parallel.woodbury_stats` takes in the package's one streamed (and
+points, which :func:`bayes_rbfn.gp.woodbury_sums.woodbury_stats` takes in the package's one streamed (and
 shardable) pass and hands to :func:`woodbury`. A problem small enough to form K_uf is one chunk of that
 pass; the dense forms of the sums live on only as test references (tests/reference.py).
 
@@ -32,7 +32,7 @@ v = L_uuᵀ m = L_B⁻ᵀ c its whitened form, yᵀC⁻¹y is the minimum over v
 
 two non-negative terms, each residual a difference taken before it is squared, and, v being a minimiser,
 first-order insensitive to the rounding of v. The residuals need m, which needs every sum, so they take a
-second sweep over the data (:func:`bayes_rbfn.gp.parallel.woodbury_factor`, which hands them to
+second sweep over the data (:func:`bayes_rbfn.gp.woodbury_sums.woodbury_factor`, which hands them to
 :meth:`Woodbury.with_residuals`); :func:`woodbury` alone, given only the sums, keeps the difference form.
 
 Jitter policy (docs/mathematics.md#numerics): a failed or ill-conditioned Cholesky of a kernel matrix is
@@ -192,7 +192,7 @@ def loo_from_precision(
 
     The conditional is N(y_i − [C⁻¹y]_i / [C⁻¹]_ii, 1 / [C⁻¹]_ii) (eqs. (5.10)–(5.12) of [3]; [4]). Every
     LOO conditional of the package (exact GP, and the SoR family's through
-    :func:`bayes_rbfn.gp.parallel.sor_loo`) is this formula.
+    :func:`bayes_rbfn.gp.block_loo.sor_loo`) is this formula.
 
     Args:
         precision_diag: diag(C⁻¹), shape (N,). precision_y: C⁻¹y, shape (N,).
@@ -260,7 +260,7 @@ class Woodbury(NamedTuple):
         r = y − K_fu m are the residuals of the weight mean m (:meth:`weight_mean`) and v = L_uuᵀ m =
         L_B⁻ᵀ c its whitened form: both terms are sums of squares, with no cancellation (see the module
         docstring); ``residual_sq`` comes from the second sweep of
-        :func:`bayes_rbfn.gp.parallel.woodbury_factor`.
+        :func:`bayes_rbfn.gp.woodbury_sums.woodbury_factor`.
         """
         v = solve_upper(self.LB, self.c)
         return self._replace(quad=residual_sq + jnp.sum(v * v))
@@ -276,7 +276,7 @@ def woodbury(Luu: jax.Array, stats: tuple, n: Any) -> Woodbury:
     Args:
         Luu: (M, M) Cholesky factor of K_uu (see :func:`cholesky`).
         stats: the whitened sums (AAᵀ (M, M), A D^-½ y (M,), yᵀD⁻¹y, Σ log d) with A = L_uu⁻¹ K_uf D^-½,
-            from the streamed pass :func:`bayes_rbfn.gp.parallel.woodbury_stats` (reduced across devices
+            from the streamed pass :func:`bayes_rbfn.gp.woodbury_sums.woodbury_stats` (reduced across devices
             when sharded).
         n: the number of data points counted in the 2π term (N; masked layouts count fewer).
 
@@ -284,7 +284,7 @@ def woodbury(Luu: jax.Array, stats: tuple, n: Any) -> Woodbury:
         A :class:`Woodbury` from which the log marginal likelihood, LOO conditionals, weight
         posterior and predictive moments follow. Its ``quad`` is the difference yᵀD⁻¹y − ‖c‖², exact
         in exact arithmetic but cancelling when d is small (see the module docstring):
-        :func:`bayes_rbfn.gp.parallel.woodbury_factor` replaces it by the residual form.
+        :func:`bayes_rbfn.gp.woodbury_sums.woodbury_factor` replaces it by the residual form.
     """
     AAt, Ay, yDy, logdet_d = stats
     B = AAt + jnp.eye(Luu.shape[0], dtype=AAt.dtype)

@@ -27,7 +27,8 @@ data too, adding
 the dropped variance as heteroscedastic noise. With Z = X (and no jitter) all three are the exact GP.
 
 Every data pass (the factor, the Nyström residual diag(K − Q), the LOO conditionals, the predictive
-moments) is the one streamed pass of :mod:`bayes_rbfn.gp.parallel`. Two layers, as in
+moments) is one of the streamed passes of :mod:`bayes_rbfn.gp.woodbury_sums`, :mod:`bayes_rbfn.gp.moments`
+and :mod:`bayes_rbfn.gp.block_loo`. Two layers, as in
 :mod:`bayes_rbfn.gp.conditional`:
 
 * traceable building blocks, each parameterised by the approximation (``"sor"``, ``"dtc"``, ``"fitc"``,
@@ -44,7 +45,7 @@ moments) is the one streamed pass of :mod:`bayes_rbfn.gp.parallel`. Two layers, 
 Jitter: every K_uu is factorised by :func:`bayes_rbfn.gp.linalg.cholesky` with its policy (``jitter=None``);
 Q is then the Nyström covariance of the jittered K_uu, consistently across prior, bound and predictive,
 which keeps K_ff − Q_ff ≥ 0 up to rounding. The per-point residual diag(K_ff − Q_ff)
-(:func:`bayes_rbfn.gp.parallel.nystrom_residual`) is clamped at 0, so a rounding-level negative value
+(:func:`bayes_rbfn.gp.moments.nystrom_residual`) is clamped at 0, so a rounding-level negative value
 cannot shrink FITC's noise below σ², and the VFE trace is clamped at 0 likewise.
 
 References
@@ -68,7 +69,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayes_rbfn.gp import linalg, parallel
+from bayes_rbfn.gp import block_loo, linalg, moments, woodbury_sums
 from bayes_rbfn.gp.conditional import (
     Gaussian,
     check_jitter,
@@ -140,17 +141,18 @@ def training_factor(
         approx: one of :data:`APPROXIMATIONS`. kernel: covariance function. X: (N, D). y: (N,) (centred).
         Z: (M, D). noise: σ, a scalar or (N,). jitter: relative jitter on K_uu (``None``: the policy).
         fast, chunk_size, mesh, precision: the streamed pass's settings
-            (:func:`bayes_rbfn.gp.parallel.woodbury_stats`). FITC's diagonal (its own pass) stays float64.
+            (:func:`bayes_rbfn.gp.woodbury_sums.woodbury_stats`). FITC's diagonal (its own pass) stays
+            float64.
 
     Returns:
         (factor, d): the :class:`~bayes_rbfn.gp.linalg.Woodbury` and the diagonal d (scalar σ² or (N,) Λ).
     """
     settings = {"fast": fast, "chunk_size": chunk_size, "mesh": mesh, "precision": precision}
     if approx != "fitc":
-        return parallel.sor_factor(kernel, X, y, Z, noise, jitter, **settings), noise**2
+        return woodbury_sums.sor_factor(kernel, X, y, Z, noise, jitter, **settings), noise**2
     Luu = linalg.cholesky(kernel.inducing_gram(Z), jitter)
-    d = noise**2 + parallel.nystrom_residual(kernel, Z, Luu, X, chunk_size=chunk_size, mesh=mesh)
-    return parallel.woodbury_factor(kernel, Z, X, y, d, Luu, **settings), d
+    d = noise**2 + moments.nystrom_residual(kernel, Z, Luu, X, chunk_size=chunk_size, mesh=mesh)
+    return woodbury_sums.woodbury_factor(kernel, Z, X, y, d, Luu, **settings), d
 
 
 def log_marginal(
@@ -208,7 +210,7 @@ def replicates(
     as α = m + Rᵀz (:meth:`~bayes_rbfn.gp.linalg.Woodbury.weight_mean`, ``weight_cov_factor``), so
     that K_fu α is the Nyström part of f at X; then each approximation's training conditional q(f | u)
     ([1] §§4–6; [2] §3), with λ = diag(K_ff − Q_ff)
-    (:func:`bayes_rbfn.gp.parallel.nystrom_residual`):
+    (:func:`bayes_rbfn.gp.moments.nystrom_residual`):
 
     * ``"sor"``, ``"dtc"``: deterministic, f = K_fu α ([1] §§4, 5);
     * ``"fitc"``: independent f_i | u ~ N(k_iᵀα, λ_i), and each f_i also sees its own y_i, so
@@ -228,7 +230,7 @@ def replicates(
             noise: σ, a scalar or (N,).
         key: PRNG key. sample_shape: leading shape of the draws.
         residual: λ (N,) for FITC and VFE when the caller has it (FITC's :func:`training_factor` returns
-            d = σ² + λ); else computed here (:func:`bayes_rbfn.gp.parallel.nystrom_residual`).
+            d = σ² + λ); else computed here (:func:`bayes_rbfn.gp.moments.nystrom_residual`).
         chunk_size, mesh: the streamed pass's settings (λ's pass, for FITC and VFE).
 
     Returns:
@@ -244,7 +246,7 @@ def replicates(
     if approx in ("fitc", "vfe"):
         lam = residual
         if lam is None:
-            lam = parallel.nystrom_residual(kernel, Z, factor.Luu, X, chunk_size=chunk_size, mesh=mesh)
+            lam = moments.nystrom_residual(kernel, Z, factor.Luu, X, chunk_size=chunk_size, mesh=mesh)
         eps = jax.random.normal(k_latent, (*sample_shape, N), dtype=dtype)
         if approx == "fitc":
             gain = lam / (lam + noise**2)
@@ -259,13 +261,13 @@ def prior_variance_lost(
 ) -> jax.Array:
     """Share of the prior variance the Nyström (SoR) prior drops at each test point: 1 − Q_**/K_**.
 
-    diag(K_** − Q_**) (:func:`bayes_rbfn.gp.parallel.nystrom_residual`) over diag(K_**), in [0, 1], shape
+    diag(K_** − Q_**) (:func:`bayes_rbfn.gp.moments.nystrom_residual`) over diag(K_**), in [0, 1], shape
     (S,). 0 at the inducing inputs (up to jitter); → 1 far from them, where SoR's predictive variance
     collapses to 0 (to σ² for y*) and DTC/FITC/VFE keep the prior K_**
     (docs/mathematics.md#the-sor-family-and-its-variance-collapse).
     """
     Luu = linalg.cholesky(kernel.inducing_gram(Z), jitter)
-    return jnp.minimum(parallel.nystrom_residual(kernel, Z, Luu, X_test) / kernel.diag(X_test), 1.0)
+    return jnp.minimum(moments.nystrom_residual(kernel, Z, Luu, X_test) / kernel.diag(X_test), 1.0)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -386,13 +388,13 @@ def loo_log_density(
     ``"dtc"`` and ``"vfe"`` use y ~ N(0, Q_ff + σ²I) (SoR's marginal; the VFE bound is not a density over
     y: as a function of y it is log N(y | 0, Q_ff + σ²I) minus a term that does not depend on y, so
     normalising it over y gives DTC/SoR's marginal); ``"fitc"`` uses y ~ N(0, Q_ff + Λ). O(NM²) through the
-    Woodbury identity (:func:`bayes_rbfn.gp.parallel.sor_loo`). These are what the models store as
+    Woodbury identity (:func:`bayes_rbfn.gp.block_loo.sor_loo`). These are what the models store as
     ``log_likelihood`` for PSIS-LOO (docs/output.md). Arguments as :func:`log_marginal_likelihood`.
     """
     method = _check_method(method)
     X, y, noise, Z, _, jitter = check_regression_inputs(X, y, noise, Z, kernel=kernel, jitter=jitter)
     factor, d = training_factor(method, kernel, X, y, Z, noise, jitter)
-    value = parallel.sor_loo(factor, kernel, Z, X, y, d)
+    value = block_loo.sor_loo(factor, kernel, Z, X, y, d)
     raise_if_not_finite(value, "loo_log_density")
     return value
 

@@ -27,7 +27,7 @@ import numpyro.distributions as dist
 from bayes_rbfn.defaults import DEFAULT_NUM_INDUCING, INITS, MAP_SEARCH_POINTS
 from bayes_rbfn.defaults import default_num_inducing as num_inducing_for
 from bayes_rbfn.gp.inducing import select_inducing
-from bayes_rbfn.gp.parallel import check_precision
+from bayes_rbfn.gp.streaming import check_precision
 from bayes_rbfn.gp.validation import (
     INPUT_SCALES,
     TARGET_SCALES,
@@ -55,6 +55,7 @@ from bayes_rbfn.infer.schema import carry, kernel_kind, posterior_params, rebuil
 from bayes_rbfn.models import ModelConfig, ModelSpec, get_model, model_specs
 from bayes_rbfn.models.distributions import deferred_loo
 from bayes_rbfn.models.families import data_scales, get_family
+from bayes_rbfn.models.layout import Layout
 from bayes_rbfn.models.likelihoods import Likelihood, get_likelihood
 from bayes_rbfn.runtime import available_memory, single_threaded_blas
 
@@ -244,11 +245,12 @@ def _map_draws(
 def pointwise_loo(spec: ModelSpec, config: ModelConfig, params: Mapping[str, Any], work: int, data: Any):
     """The stored log-likelihood: ``spec.log_likelihood`` at every draw, shape (chains, draws, ...).
 
-    For the Gaussian-marginal models these are the LOO conditionals of :func:`bayes_rbfn.gp.parallel.sor_loo`.
-    Their Woodbury form has no digits left at a point the model interpolates (leverage near 1); there the
-    value must come from a leave-block-out pass whose program costs seconds to compile. So the draws go
-    through :func:`bayes_rbfn.models.distributions.deferred_loo` (via ``ModelConfig.loo_exact``): all with
-    that pass deferred, then only the draws that need it with the pass.
+    For the Gaussian-marginal models these are the LOO conditionals of
+    :func:`bayes_rbfn.gp.block_loo.sor_loo`. Their Woodbury form has no digits left at a point the model
+    interpolates (leverage near 1); there the value must come from a leave-block-out pass whose program
+    costs seconds to compile. So the draws go through :func:`bayes_rbfn.models.distributions.deferred_loo`
+    (via ``ModelConfig.loo_exact``): all with that pass deferred, then only the draws that need it with the
+    pass.
     """
     chains, draws = np.shape(next(iter(params.values())))[:2]
     flat = {k: np.asarray(v).reshape(chains * draws, *np.shape(v)[2:]) for k, v in params.items()}
@@ -282,14 +284,15 @@ class GenerativeModel:
 
     Attributes:
         spec, config: the model of the collection and its settings. data: the model's data dict (the
-        padded layout for ``grouped``). extras: what the predictive needs besides (group codes).
+        padded layout for ``grouped``). layout: what the drivers know of that layout
+        (:class:`~bayes_rbfn.models.layout.Layout`).
         X, y, Z, X_pred: the checked arrays.
     """
 
     spec: ModelSpec
     config: ModelConfig
     data: dict
-    extras: dict
+    layout: Layout
     X: Any
     y: Any
     Z: Any
@@ -320,7 +323,7 @@ class GenerativeModel:
         those of the whole data set, so the subset's potential has the same parameters and meaning.
         """
         N = self.X.shape[0]
-        if self.spec.grouped or self.config.mesh is not None or size >= N:
+        if not self.layout.flat or self.config.mesh is not None or size >= N:
             return None
         keep = np.sort(np.random.default_rng([seed, N, size]).choice(N, size, replace=False))
         data, priors = self.args
@@ -434,7 +437,7 @@ def build_model(
         check_scale(X_pred[:, j], f"X_pred[:, {j}]", INPUT_SCALES)
     if group is not None and not spec.grouped:
         raise ValueError(f"group: the {spec.name!r} model is not grouped; use model='grouped'")
-    data, extras = spec.prepare(
+    data, layout = spec.prepare(
         X,
         y,
         Z,
@@ -445,10 +448,10 @@ def build_model(
         X_pred=X_pred,
     )
     if mesh is not None:
-        from bayes_rbfn.gp.parallel import shard_data
+        from bayes_rbfn.gp.streaming import shard_data
 
         data = shard_data(data, mesh)
-    return GenerativeModel(spec=spec, config=config, data=data, extras=extras, X=X, y=y, Z=Z, X_pred=X_pred)
+    return GenerativeModel(spec=spec, config=config, data=data, layout=layout, X=X, y=y, Z=Z, X_pred=X_pred)
 
 
 #: The keyword options of :func:`build_model` that :func:`fit` passes on.
@@ -504,8 +507,7 @@ def _prior_draws(problem: GenerativeModel, num_samples: int, key: jax.Array) -> 
         draws = by_program(simulate)(key, *problem.prior_args)
     draws = {k: np.asarray(v)[None] for k, v in draws.items() if k not in problem.spec.unstored_sites}
     y_sim = draws.pop("y")
-    if "obs_index" in problem.extras:  # a padded layout back to the order of the observations
-        y_sim = y_sim.reshape(1, num_samples, -1)[..., problem.extras["obs_index"]]
+    y_sim = problem.layout.to_observations(y_sim, batch_ndim=2)
     return draws, y_sim
 
 
@@ -603,7 +605,7 @@ def fit(
     problem = build_model(
         model, X, y, seed=settings.seed, _mesh_for=(shard, settings.chains, settings.chain_method), **options
     )
-    spec, config, data, extras = problem.spec, problem.config, problem.data, problem.extras
+    spec, config, data, layout = problem.spec, problem.config, problem.data, problem.layout
     X, y, Z, X_pred = problem.X, problem.y, problem.Z, problem.X_pred
     _check_coords(coords, {"obs": X.shape[0], "input_dim": X.shape[1], "point": X_pred.shape[0]})
     need = result_bytes(
@@ -639,13 +641,13 @@ def fit(
                 raise
             raise explain_degenerate(problem, config.jitter) from err
         idata = _to_inference_data(
-            spec, config, data, extras, samples, stats, X, y, Z, X_pred, log_likelihood=log_likelihood
+            spec, config, data, layout, samples, stats, X, y, Z, X_pred, log_likelihood=log_likelihood
         )
         if prior_draws:
             _add_prior(idata, problem, prior_draws, settings.seed)
         if posterior_predictive != 0:
             replicates = _posterior_predictive(
-                problem.model, problem.args, spec, extras, samples, settings.seed, posterior_predictive
+                problem.model, problem.args, spec, layout, samples, settings.seed, posterior_predictive
             )
             idata.add_groups(posterior_predictive={"y": replicates}, dims={"y": ["obs"]})
         check_finite(idata)
@@ -717,7 +719,7 @@ def _data_mesh(shard: Any, spec: ModelSpec, chains: int, chain_method: str | Non
         )
     if chain_method == "parallel":
         raise ValueError("shard: chains cannot also run in parallel over the devices the data use")
-    from bayes_rbfn.gp.parallel import DATA_AXIS, data_mesh
+    from bayes_rbfn.gp.streaming import DATA_AXIS, data_mesh
 
     mesh = data_mesh() if shard is True else shard
     if DATA_AXIS not in getattr(mesh, "axis_names", ()):
@@ -729,7 +731,7 @@ def _posterior_predictive(
     bound_model: Any,
     model_args: tuple,
     spec: ModelSpec,
-    extras: dict,
+    layout: Layout,
     samples: Mapping[str, Any],
     seed: int,
     per_chain: int | None,
@@ -762,8 +764,7 @@ def _posterior_predictive(
     with single_threaded_blas():
         key = jax.random.fold_in(jax.random.PRNGKey(seed), 1)
         y_rep = np.asarray(by_program(replicate)(key, flat, data, prior_values))
-    if "obs_index" in extras:  # a padded layout back to the order of the observations
-        y_rep = y_rep.reshape(chains * kept, -1)[:, extras["obs_index"]]
+    y_rep = layout.to_observations(y_rep, batch_ndim=1)
     return y_rep.reshape(chains, kept, -1)
 
 
@@ -849,7 +850,7 @@ def _set_coords(idata: az.InferenceData, coords: Mapping[str, Any] | None) -> No
 
 
 def _to_inference_data(
-    spec, config, data, extras, samples, stats, X, y, Z, X_pred, log_likelihood: bool = True
+    spec, config, data, layout, samples, stats, X, y, Z, X_pred, log_likelihood: bool = True
 ) -> az.InferenceData:
     samples = {k: np.asarray(v) for k, v in samples.items()}
     params = posterior_params(samples, config.fixed)
@@ -857,10 +858,8 @@ def _to_inference_data(
 
     loglik = None
     if log_likelihood:
-        loglik = pointwise_loo(spec, config, params, work, data)
-        if "obs_index" in extras:
-            loglik = loglik[..., extras["obs_index"]] if loglik.ndim == 3 else loglik
-    extra_pred = tuple(jnp.asarray(extras[k]) for k in ("group_pred",) if k in extras)
+        loglik = layout.to_observations(pointwise_loo(spec, config, params, work, data), batch_ndim=2)
+    extra_pred = tuple(jnp.asarray(a) for a in layout.predictive_args)
 
     f_mean, f_var = model_moments(spec, config, data, params, X_pred, extra=extra_pred)
 
@@ -870,8 +869,7 @@ def _to_inference_data(
     sizes = {"input_dim": D}
     if Z is not None:
         sizes["inducing"] = np.shape(Z)[-2]
-    if "num_groups" in extras:
-        sizes["group"] = extras["num_groups"]
+    sizes.update(layout.sizes)
     posterior, post_dims = {}, {}
     for name, value in samples.items():
         if name in spec.unstored_sites:
@@ -889,17 +887,14 @@ def _to_inference_data(
     predictions_constant = {"X_pred": np.asarray(X_pred)}
     if Z is not None:
         constant["Z"] = np.asarray(Z)
-        dims["Z"] = ["inducing", "input_dim"] if np.ndim(Z) == 2 else ["group", "inducing", "input_dim"]
+        dims["Z"] = ["inducing", "input_dim"]
     constant["y_offset"] = np.asarray(data["y_offset"])
     if "x_centre" in data:
         constant["x_centre"] = np.asarray(data["x_centre"])
         dims["x_centre"] = ["input_dim"]
-    if "group" in extras:
-        dims["y_offset"] = ["group"]
-        constant["obs_group"] = np.asarray(extras["group"])
-        predictions_constant["pred_group"] = np.asarray(extras["group_pred"])
-        dims["obs_group"] = ["obs"]
-        dims["pred_group"] = ["point"]
+    constant.update({k: np.asarray(v) for k, v in layout.constant_data.items()})
+    predictions_constant.update({k: np.asarray(v) for k, v in layout.predictions_constant_data.items()})
+    dims.update(layout.dims)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

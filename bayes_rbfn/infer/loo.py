@@ -7,7 +7,7 @@ The probability integral transform of each observation under its leave-one-out p
 is uniform on [0, 1] when the model is calibrated ([1] §6.3, [2]): a U shape says the predictive is
 too narrow, a hump that it is too wide, a slope that it is biased. Here F(y_i | y_−i, θ) is the CDF of the
 model's own LOO conditional at one posterior draw, Φ((y_i − μ_−i)/σ_−i) for a GP marginal (the same
-O(NM²) passes that give the stored log-likelihood: :func:`bayes_rbfn.gp.parallel.sor_loo`,
+O(NM²) passes that give the stored log-likelihood: :func:`bayes_rbfn.gp.block_loo.sor_loo`,
 :func:`bayes_rbfn.gp.conditional.exact_loo`), or the likelihood's CDF for a factorised continuous
 likelihood; the w_is are the Pareto-smoothed importance weights ∝ 1 / p(y_i | y_−i, θ_s) of PSIS-LOO [3]
 (``arviz.psislw``) that turn draws of θ | y into draws of θ | y_−i.
@@ -199,16 +199,11 @@ def _fit_pit_values(idata: Any) -> np.ndarray:
     """
     from bayes_rbfn.infer.fitting import pointwise_loo
     from bayes_rbfn.infer.predictive import draw_work
-    from bayes_rbfn.infer.schema import rebuild
+    from bayes_rbfn.infer.schema import rebuild_with_layout
 
-    spec, config, data, params = rebuild(idata)
+    spec, config, data, layout, params = rebuild_with_layout(idata)
     pit = pointwise_loo(spec, dataclasses.replace(config, loo_statistic="pit"), params, draw_work(data), data)
-    if "obs_group" in idata.constant_data:  # the padded group layout back to the order of the observations
-        from bayes_rbfn.models.grouped import padded_index
-
-        index = padded_index(np.asarray(idata.constant_data["obs_group"].values))
-        pit = pit.reshape(*pit.shape[:2], -1)[..., index]
-    return pit
+    return layout.to_observations(pit, batch_ndim=2)
 
 
 def loo_pit(

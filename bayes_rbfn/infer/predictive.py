@@ -58,10 +58,10 @@ def streamed_batches(S: int, M: int, budget: int = STREAM_BUDGET, N: int | None 
 
     All S points go in one call, so each draw's O(NM²) factor is computed once; draws are batched so that
     the call's working memory, ~8·(2S + 4MC + 8M²) bytes per draw for chunks of C points
-    (:func:`bayes_rbfn.gp.parallel.chunk_size_for`, but never more than the N data or S test points a
+    (:func:`bayes_rbfn.gp.streaming.chunk_size_for`, but never more than the N data or S test points a
     chunk holds), stays within ``budget``, and at most :data:`MAX_DRAWS_PER_CALL` at a time.
     """
-    from bayes_rbfn.gp.parallel import chunk_size_for
+    from bayes_rbfn.gp.streaming import chunk_size_for
 
     C = min(chunk_size_for(M), max(int(S), int(N or 0)))
     per_draw = 8 * (2 * S + 4 * M * C + 8 * M * M)
@@ -718,11 +718,10 @@ def band_of_y(idata: Any, masses: Sequence[float]) -> Band:
         idata: InferenceData of :func:`bayes_rbfn.fit` with its ``predictions`` group.
         masses: central interval probabilities, e.g. (0.5, 0.95).
     """
-    from bayes_rbfn.infer.schema import rebuild
+    from bayes_rbfn.infer.schema import rebuild_with_layout
 
-    _, _, _, params = rebuild(idata)
-    pcd = idata.predictions_constant_data
-    group = pcd["pred_group"].values if "pred_group" in pcd else None
+    spec, _, _, layout, params = rebuild_with_layout(idata)
+    group = dict(zip(spec.predictive_inputs, layout.predictive_args, strict=True)).get("group")
     f_mean = np.asarray(idata.predictions["f_mean"].values)
     f_var = np.asarray(idata.predictions["f_var"].values)
     S = f_mean.shape[-1]

@@ -37,7 +37,7 @@ import numpy as np
 import scipy.optimize
 from numpyro.infer import NUTS, init_to_median, init_to_value
 
-from bayes_rbfn.defaults import INITS, MAP_START_MIN_POINTS, MAX_TREE_DEPTH
+from bayes_rbfn.defaults import DENSE_MASS_MAX_PARAMS, INITS, MAP_START_MIN_POINTS, MAX_TREE_DEPTH
 from bayes_rbfn.gp.validation import check_positive_int
 from bayes_rbfn.infer.checkpoint import DEFAULT_CHUNK_SIZE, Checkpoint, CheckpointError
 from bayes_rbfn.infer.programs import by_program
@@ -45,7 +45,6 @@ from bayes_rbfn.runtime import single_threaded_blas
 
 __all__ = [
     "CHAIN_METHODS",
-    "DENSE_MASS_MAX_PARAMS",
     "STAT_FIELDS",
     "SamplerSettings",
     "chain_advance",
@@ -83,8 +82,9 @@ class SamplerSettings:
         seed: PRNG seed; chain c starts from ``jax.random.split(PRNGKey(seed), chains)[c]``.
         target_accept, dense_mass, max_tree_depth: NUTS's target acceptance probability, dense (True) or
             diagonal (False) mass matrix — None: dense when the model samples at most
-            :data:`DENSE_MASS_MAX_PARAMS` unconstrained values, else diagonal — and at most 2^depth − 1
-            leapfrog steps per draw (depth 1 … :data:`~bayes_rbfn.defaults.MAX_TREE_DEPTH`).
+            :data:`~bayes_rbfn.defaults.DENSE_MASS_MAX_PARAMS` unconstrained values, else diagonal —
+            and at most 2^depth − 1 leapfrog steps per draw (depth 1 …
+            :data:`~bayes_rbfn.defaults.MAX_TREE_DEPTH`).
         init: ``"median"`` (NumPyro's prior-median start, identity mass matrix), ``"map"`` (the
             posterior mode and a Laplace mass matrix, :func:`laplace_start`) or ``"auto"``: ``"map"``
             for :data:`~bayes_rbfn.defaults.MAP_START_MIN_POINTS` data points or more, else
@@ -364,15 +364,6 @@ def window_estimates_full_rank(num_params: int, warmup: int, dense: bool) -> boo
     return smallest is None or smallest > (num_params if dense else 1)
 
 
-#: ``dense_mass=None`` (the default) takes a dense mass matrix when the model samples at most this many
-#: unconstrained values: a few hyperparameters, whose posterior is correlated (lengthscale with variance)
-#: and whose dense estimate the warm-up affords. Measured with ``fit("sor")`` at its defaults otherwise
-#: (one chain of 500 + 500, 3 sampled values; benchmarks/ess_vs_numpyro.py, 24 Nov 2026): ESS per gradient
-#: 1.5–2.1× the diagonal one's, and ESS/s 1.3× at N = 10³ (compile-bound) and 2× at N = 10⁴. Above it
-#: (the rbfn's weights, the grouped model's per-group values) the mass matrix stays diagonal.
-DENSE_MASS_MAX_PARAMS = 10
-
-
 def sampled_size(model: Callable, model_args: tuple) -> int:
     """How many unconstrained values NUTS samples in ``model``: the sizes of its latent sample sites, from
     one abstract trace (``jax.eval_shape``: nothing is computed or compiled).
@@ -392,7 +383,7 @@ def sampled_size(model: Callable, model_args: tuple) -> int:
 
 def resolve_dense_mass(model: Callable, model_args: tuple, settings: SamplerSettings) -> bool:
     """The settings' ``dense_mass``, or for None whether the model samples few enough values
-    (:data:`DENSE_MASS_MAX_PARAMS`).
+    (:data:`~bayes_rbfn.defaults.DENSE_MASS_MAX_PARAMS`).
     """
     if settings.dense_mass is not None:
         return bool(settings.dense_mass)

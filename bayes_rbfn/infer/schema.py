@@ -18,9 +18,18 @@ import jax.numpy as jnp
 
 from bayes_rbfn.models import ModelConfig, ModelSpec, get_model
 from bayes_rbfn.models.families import FAMILIES, get_family
+from bayes_rbfn.models.layout import Layout
 from bayes_rbfn.models.likelihoods import get_likelihood
 
-__all__ = ["CARRIED", "carry", "hyperparameter_names", "kernel_kind", "posterior_params", "rebuild"]
+__all__ = [
+    "CARRIED",
+    "carry",
+    "hyperparameter_names",
+    "kernel_kind",
+    "posterior_params",
+    "rebuild",
+    "rebuild_with_layout",
+]
 
 #: The attribute of the InferenceData object returned by :func:`bayes_rbfn.fit` holding what its file
 #: cannot: the kernel family (a kernel object, a family of one's own) and a callable prior mean. A plain
@@ -68,6 +77,17 @@ def rebuild(idata: Any, *, kernel: Any = None, mean: Any = None) -> tuple[ModelS
     was given (a kernel object, a :class:`KernelFamily` or a family name; the callable of X), needed for a
     fit read back from a file that used one of its own.
     """
+    spec, config, data, _, params = rebuild_with_layout(idata, kernel=kernel, mean=mean)
+    return spec, config, data, params
+
+
+def rebuild_with_layout(
+    idata: Any, *, kernel: Any = None, mean: Any = None
+) -> tuple[ModelSpec, ModelConfig, dict, Layout, dict]:
+    """(spec, config, data, layout, params) of a fit: :func:`rebuild` and the data's
+    :class:`~bayes_rbfn.models.layout.Layout` (to put the model's per-observation values in the order of
+    the observations).
+    """
     if not hasattr(idata, "posterior"):
         raise ValueError(
             "idata: expected the InferenceData of bayes_rbfn.fit (or arviz.from_netcdf of its "
@@ -101,18 +121,16 @@ def rebuild(idata: Any, *, kernel: Any = None, mean: Any = None) -> tuple[ModelS
     X = jnp.asarray(cd["X"].values)
     y = jnp.asarray(idata.observed_data["y"].values)
     Z = jnp.asarray(cd["Z"].values) if "Z" in cd else None
-    grouped = "obs_group" in cd
-    data, _ = spec.prepare(
+    data, layout = spec.prepare(
         X,
         y,
         Z,
         y_offset=cd["y_offset"].values,
         constant_mean=False,
-        group=cd["obs_group"].values if grouped else None,
-        group_pred=pcd["pred_group"].values if grouped else None,
         X_pred=pcd["X_pred"].values if "X_pred" in pcd else None,
+        **spec.read_layout(cd, pcd),
     )
-    return spec, config, data, posterior_params(idata, fixed)
+    return spec, config, data, layout, posterior_params(idata, fixed)
 
 
 def _family(spec: ModelSpec, attrs: Mapping[str, Any], carried: Mapping[str, Any], kernel: Any) -> Any:

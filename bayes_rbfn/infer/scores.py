@@ -179,7 +179,7 @@ def score(
         raise ValueError(f"y_test: expected shape ({X.shape[0]},) to match X_test, got {y.shape}")
     if not np.all(np.isfinite(y)):
         raise ValueError(f"y_test: {int(np.sum(~np.isfinite(y)))} value(s) are NaN or infinite")
-    if _is_x_pred(idata, X, group):
+    if _is_x_pred(idata, X, group, kernel, mean):
         _, _, _, params = rebuild(idata, kernel=kernel, mean=mean)
         f_mean = np.asarray(idata.predictions["f_mean"].values, dtype=float)
         f_var = np.asarray(idata.predictions["f_var"].values, dtype=float)
@@ -195,7 +195,7 @@ def score(
     return score_forecast(means, np.sqrt(variances), y, levels)
 
 
-def _is_x_pred(idata: Any, X: np.ndarray, group: Any) -> bool:
+def _is_x_pred(idata: Any, X: np.ndarray, group: Any, kernel: Any, mean: Any) -> bool:
     """Whether (X, group) are exactly the inputs (and group codes) of the fit's stored ``predictions``."""
     if "predictions" not in idata.groups() or "predictions_constant_data" not in idata.groups():
         return False
@@ -203,7 +203,10 @@ def _is_x_pred(idata: Any, X: np.ndarray, group: Any) -> bool:
     X_pred = np.asarray(pcd["X_pred"].values)
     if X_pred.shape != X.shape or not np.array_equal(X_pred, X):
         return False
-    stored = pcd["pred_group"].values if "pred_group" in pcd else None
+    from bayes_rbfn.infer.schema import rebuild_with_layout
+
+    spec, _, _, layout, _ = rebuild_with_layout(idata, kernel=kernel, mean=mean)
+    stored = dict(zip(spec.predictive_inputs, layout.predictive_args, strict=True)).get("group")
     if stored is None or group is None:
         return stored is None and group is None
     return bool(np.array_equal(np.asarray(stored), np.asarray(group)))

@@ -13,8 +13,8 @@ that :func:`bayes_rbfn.fit` samples (:func:`bayes_rbfn.models.get_model`): its p
 ``y`` (``SparseGP``, ``ExactGP``, the RBFN layer under a likelihood, or the model's own marginal), nothing
 written a second time here. The only SBC-specific choice is the prior: SBC needs one that does not look
 at the data (the package's default priors are scaled to the data), so the shipped models run under the
-fixed priors :data:`PRIORS` on a fixed design (inputs on a grid of [0, 1], inducing inputs a grid of
-[0.05, 0.95]). Any other NumPyro model with an observed site can be calibrated the same way
+fixed priors (:func:`simulation_priors`) on a fixed design (inputs on a grid of [0, 1], inducing inputs
+a grid of [0.05, 0.95]). Any other NumPyro model with an observed site can be calibrated the same way
 (:func:`run_sbc` with a callable).
 
 **Ranked quantities.** Every scalar component of every latent sample site (constrained values; ranks are
@@ -90,6 +90,7 @@ __all__ = [
     "plot_ecdf",
     "quantity_names",
     "run_sbc",
+    "simulation_priors",
     "statistics",
     "write_sbc",
 ]
@@ -100,20 +101,16 @@ MODELS = tuple(name for name, spec in model_specs().items() if spec.generative)
 #: The likelihoods of the ``rbfn`` model (the other models take ``gaussian`` only).
 LIKELIHOODS = model_specs()["rbfn"].likelihoods
 
-#: Fixed priors of the shipped models under SBC (inputs on [0, 1], a latent of unit scale). The grouped
-#: model takes the lengthscale, variance and noise priors as its population locations' priors.
+#: Fixed priors of the kernel hyperparameters under SBC (inputs on [0, 1], a latent of unit scale), and of
+#: blr's; a likelihood's own parameters take its ``simulation_priors``. The grouped model takes the
+#: lengthscale, variance and noise priors as its population locations' priors.
 PRIORS: dict[str, dist.Distribution] = {
     "lengthscale": dist.LogNormal(math.log(0.3), 0.4),
     "variance": dist.LogNormal(0.0, 0.5),
-    "noise": dist.LogNormal(math.log(0.3), 0.4),
-    "df": dist.LogNormal(math.log(5.0), 0.4),
-    "concentration": dist.LogNormal(math.log(5.0), 0.5),
     # blr: the model's own default priors for one input and data of unit sd (signal variance ≈ 1, noise
     # σ ≈ 0.2)
     **blr.FAMILY.priors(DataScales(input_range=np.ones(1), y_sd=1.0, input_dim=1)),
 }
-#: The constant prior mean of the latent per likelihood (a rate of 2 for counts; even odds for labels).
-_OFFSETS = {"poisson": math.log(2.0), "negative_binomial": math.log(2.0)}
 #: Name of the log-likelihood test quantity.
 LOGLIK = "log_lik"
 
@@ -176,6 +173,22 @@ def chi2_uniformity(ranks: np.ndarray, num_ranks: int, bins: int) -> tuple[float
 # The shipped models, bound to the SBC design
 
 
+def simulation_priors(model: str, likelihood: str = "gaussian") -> dict[str, dist.Distribution]:
+    """The fixed priors SBC simulates a shipped model under: :data:`PRIORS` for the kernel (or blr's)
+    hyperparameters, the likelihood's ``simulation_priors`` for its own parameters.
+    """
+    from bayes_rbfn.models import get_model
+    from bayes_rbfn.models.families import get_family
+    from bayes_rbfn.models.likelihoods import get_likelihood
+
+    spec = get_model(model)
+    family = spec.family if spec.family is not None else get_family("se")
+    priors = {k: PRIORS[k] for k in family.params}
+    if spec.family is None:
+        priors.update(get_likelihood(likelihood).simulation_priors)
+    return priors
+
+
 @functools.cache
 def _shipped(model: str, likelihood: str, n: int, num_inducing: int, num_groups: int) -> tuple[Callable, Any]:
     """model_fn(y): the model :func:`bayes_rbfn.fit` runs, on the fixed SBC design."""
@@ -187,12 +200,11 @@ def _shipped(model: str, likelihood: str, n: int, num_inducing: int, num_groups:
     lik = get_likelihood(likelihood)
     spec.check_likelihood(lik.name)
     family = spec.family if spec.family is not None else get_family("se")
-    names = (*family.params, *(() if spec.family is not None else lik.params))
-    config = ModelConfig(family=family, priors={k: PRIORS[k] for k in names}, likelihood=lik)
+    config = ModelConfig(family=family, priors=simulation_priors(model, likelihood), likelihood=lik)
     dtype = jnp.zeros(()).dtype
     X = np.linspace(0.0, 1.0, n)[:, None]
     Z = np.linspace(0.05, 0.95, num_inducing)[:, None]
-    offset = _OFFSETS.get(lik.name, 0.0)
+    offset = lik.simulation_offset
     codes = np.repeat(np.arange(num_groups), n) if spec.grouped else None
     X_all = jnp.asarray(np.tile(X, (num_groups, 1)) if spec.grouped else X, dtype)
     data, _ = spec.prepare(
@@ -428,9 +440,9 @@ def run_sbc(
     """Run SBC with ``reps`` replications, each fitted with one NUTS chain, all in one compiled program.
 
     Args:
-        model: a shipped model, one of :data:`MODELS` (under :data:`PRIORS`, on a grid of n inputs on
-            [0, 1]), or any NumPyro model function whose observed site ``observed`` takes its value from
-            the keyword argument of that name (None to simulate), e.g.::
+        model: a shipped model, one of :data:`MODELS` (under :func:`simulation_priors`, on a grid of n
+            inputs on [0, 1]), or any NumPyro model function whose observed site ``observed`` takes its
+            value from the keyword argument of that name (None to simulate), e.g.::
 
                 def model(x, y=None):
                     s = numpyro.sample("s", dist.LogNormal(0, 1))
@@ -532,7 +544,11 @@ def run_sbc(
         "noise_scale": float(noise_scale),
         "target_accept": float(target_accept),
         "chain_method": method,
-        "priors": {k: repr(v) for k, v in PRIORS.items()} if isinstance(model, str) else "the model's own",
+        "priors": (
+            {k: repr(v) for k, v in simulation_priors(model, likelihood).items()}
+            if isinstance(model, str)
+            else "the model's own"
+        ),
         "dtype": str(jnp.zeros(()).dtype),
     }
     if model != "grouped":

@@ -143,7 +143,7 @@ def _compare_with_reference(results, spec, X, y, Z, noise, Xs):
         np.testing.assert_allclose(results["lml_sor"], ref.logpdf(y, Csor), rtol=RTOL, atol=RTOL * n)
         # nystrom_krr and loo_sor still apply (Q_ff + σ²I)⁻¹ through Woodbury: diag(C⁻¹) = 1/σ² − ‖V_:i‖² and
         # the LOO residual's 1 − h_i cancel with effective condition number 1 + λ_max(Q_ff)/σ², which exceeds
-        # κ(Q_ff + σ²I) when Q_ff has full rank (N ≤ M; parallel.sor_loo documents the limit).
+        # κ(Q_ff + σ²I) when Q_ff has full rank (N ≤ M; block_loo.sor_loo documents the limit).
         if 1.0 + np.linalg.eigvalsh(Csor - noise**2 * np.eye(n)).max() / noise**2 <= KAPPA_MAX:
             np.testing.assert_allclose(
                 results["nystrom_krr"],

@@ -44,6 +44,12 @@ CASES = [
         3,
     ),
     (
+        "imq-2d-ard",
+        K.InverseMultiquadric([0.4, 1.3], 1.6),
+        {"kind": "imq", "lengthscale": [0.4, 1.3], "variance": 1.6},
+        2,
+    ),
+    (
         "periodic-1d",
         K.Periodic(1.2, 1.5, 0.8),
         {"kind": "periodic", "lengthscale": 1.2, "variance": 1.5, "period": 0.8},
@@ -174,6 +180,7 @@ GRAD_CASES = [
     ("exponential", K.Exponential, {"lengthscale": [0.6, 1.3], "variance": 1.4}),
     ("matern32", K.Matern32, {"lengthscale": [0.6, 1.3], "variance": 1.4}),
     ("matern52", K.Matern52, {"lengthscale": [0.6, 1.3], "variance": 1.4}),
+    ("imq", K.InverseMultiquadric, {"lengthscale": [0.6, 1.3], "variance": 1.4}),
     ("periodic", K.Periodic, {"lengthscale": [0.6, 1.3], "variance": 1.4, "period": [1.1, 0.9]}),
 ]
 

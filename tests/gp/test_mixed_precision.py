@@ -1,4 +1,4 @@
-"""``precision="mixed"`` of the streamed O(NM²) pass (:mod:`bayes_rbfn.gp.parallel`, issue 20 target 2).
+"""``precision="mixed"`` of the streamed O(NM²) pass (:mod:`bayes_rbfn.gp.woodbury_sums`, issue 20 target 2).
 
 Mixed precision forms each chunk's kernel block and its products in float32 and adds them to float64 sums;
 every factorisation stays float64. Here it is compared with the float64 pass and with an independent dense
@@ -11,7 +11,7 @@ differences) in the log density and in its gradient in the log-hyperparameters (
   tail), the per-point d (FITC) with a mask of padded points, and inputs far from the origin;
 * where it is not (64 dense inducing inputs, cond(K_uu) ~ 1e9 at the jitter floor) it is *not* accurate:
   the test asserts that its error is at least ten times those tolerances there (float64 stays accurate);
-* the SoR predictive moments (:func:`parallel.sor_moments`, what ``predict`` streams) against a dense NumPy
+* the SoR predictive moments (:func:`moments.sor_moments`, what ``predict`` streams) against a dense NumPy
   float64 predictive: within :data:`PRED_VAR_RTOL` / :data:`PRED_MEAN_RTOL` where K_uu is well
   conditioned, and far outside them where it is not;
 * on float32 inputs it is plain float32 (the same numbers);
@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 import scipy.linalg as sla
 
-from bayes_rbfn.gp import kernels, linalg, parallel
+from bayes_rbfn.gp import kernels, linalg, woodbury_sums
 from bayes_rbfn.models.distributions import SparseGP
 
 #: Relative error of the mixed log density against float64 and the dense reference where K_uu is well
@@ -107,14 +107,14 @@ def _dense_value_and_grad(name, *args, **kw):
 @functools.cache
 def _streamed(name, precision, chunk=8):
     """Jitted value and gradient in the log-hyperparameters of log N(y | 0, Q_ff + diag(d)) by the streamed
-    pass (:func:`parallel.woodbury_factor`); the data are arguments, so the program is shared."""
+    pass (:func:`woodbury_sums.woodbury_factor`); the data are arguments, so the program is shared."""
 
     def lml(log_theta, X, y, Z, extra_d, mask):
         ell, s2, sigma = jnp.exp(log_theta)
         kernel = KERNELS[name](ell, s2)
         Luu = linalg.cholesky(kernel(Z, Z))
         d = sigma**2 + (0.0 if extra_d is None else extra_d)
-        factor = parallel.woodbury_factor(
+        factor = woodbury_sums.woodbury_factor(
             kernel, Z, X, y, d, Luu, mask=mask, chunk_size=chunk, precision=precision
         )
         return factor.log_marginal_likelihood()
@@ -290,7 +290,9 @@ def test_float32_inputs_mixed_is_float32():
     kernel = kernels.SquaredExponential(jnp.float32(1.0), jnp.float32(1.0))
     Luu = linalg.cholesky(kernel(Z, Z))
     a, b = (
-        parallel.woodbury_stats(kernel, Z, X, y, jnp.float32(0.09), Luu, chunk_size=8, precision=precision)
+        woodbury_sums.woodbury_stats(
+            kernel, Z, X, y, jnp.float32(0.09), Luu, chunk_size=8, precision=precision
+        )
         for precision in ("float64", "mixed")
     )
     for u, v in zip(a, b, strict=True):
@@ -331,9 +333,9 @@ def test_bad_precision_is_an_error_naming_it():
     kernel = kernels.SquaredExponential(1.0, 1.0)
     Luu = linalg.cholesky(kernel(Z, Z))
     with pytest.raises(ValueError, match="precision"):
-        parallel.woodbury_stats(kernel, Z, X, y, 0.1, Luu, precision="float32")
+        woodbury_sums.woodbury_stats(kernel, Z, X, y, 0.1, Luu, precision="float32")
     with pytest.raises(ValueError, match="precision"):
-        parallel.sor_factor(kernel, X, y, Z, 0.3, precision="half")
+        woodbury_sums.sor_factor(kernel, X, y, Z, 0.3, precision="half")
     with pytest.raises(ValueError, match="precision"):
         SparseGP(kernel, X, Z, 0.3, precision="bf16")
     Xn, yn = np.asarray(X), np.asarray(y)

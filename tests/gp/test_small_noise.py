@@ -25,11 +25,11 @@ The LOO conditionals: where the leverages stay away from 1 (``near-span``) the W
 (diag(C⁻¹) = 1/σ² − ‖V_:i‖² from M×M sums, C⁻¹y from the residuals) are within 4e-9 at σ = 1e-8. At a
 point the model interpolates 1 − h_i = σ²[C⁻¹]_ii ~ σ²/s², which those sums hold only to ~ε absolutely:
 the Woodbury values were off by 2e-4…2.5e-3 at σ = 1e-6 and NaN at 1e-8 (Z = X), and by 9e-4 at a point
-alone at its inducing input among ordinary ones (``mixed``). :func:`bayes_rbfn.gp.parallel.sor_loo`
-now takes those points (1 − h_i below parallel.LOO_LEVERAGE_FLOOR) from a leave-block-out pass that
+alone at its inducing input among ordinary ones (``mixed``). :func:`bayes_rbfn.gp.block_loo.sor_loo`
+now takes those points (1 − h_i below block_loo.LOO_LEVERAGE_FLOOR) from a leave-block-out pass that
 subtracts nothing, checked here for four kernels, one leaf block and several, chunk lengths 8 and the
 default, padding, float32 and (nested) vmap: ≤ 2e-14 relative with Z = X, ≤ 3e-9 in ``mixed`` (there the
-problem's own sensitivity to ε-changes of y). The sharded pass is checked in tests/gp/test_parallel.py.
+problem's own sensitivity to ε-changes of y). The sharded pass is checked in tests/gp/test_streaming.py.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bayes_rbfn.gp import kernels, parallel
+from bayes_rbfn.gp import block_loo, kernels, woodbury_sums
 
 #: The library's documented relative jitter for float64 (bayes_rbfn.gp.linalg.JITTER), written out.
 JITTER = 1e-8
@@ -54,7 +54,7 @@ RTOL_VALUE = 1e-8
 #: N-point log density has entries of order N; the noise gradient at an interpolated point is ~σ²).
 RTOL_GRAD, ATOL_GRAD_PER_POINT = 1e-5, 1e-9
 RTOL_LOO = 1e-7
-#: The conditionals of interpolated points (1 − h_i below parallel.LOO_LEVERAGE_FLOOR), from sor_loo's
+#: The conditionals of interpolated points (1 − h_i below block_loo.LOO_LEVERAGE_FLOOR), from sor_loo's
 #: leave-block-out pass, where every point is interpolated (z-equals-x*): measured ≤ 2e-14 relative.
 RTOL_LOO_INTERPOLATED = 1e-12
 #: The same for the points alone at their inducing input in ``mixed``: measured ≤ 3e-9. That is the
@@ -62,7 +62,7 @@ RTOL_LOO_INTERPOLATED = 1e-12
 #: fit with Σ_j |c_j y_j| ≈ 7e5 (σ = 1e-8) against residuals y_i − E[y_i | y_−i] of 5e-3 and 9e-5, so
 #: ε-perturbations of y alone move it by up to 1.6e-10 (absolute) — the pass is off by 7e-12.
 RTOL_LOO_MIXED = 1e-8
-#: The library's float64 floor of 1 − h_i (parallel.LOO_LEVERAGE_FLOOR), written out.
+#: The library's float64 floor of 1 − h_i (block_loo.LOO_LEVERAGE_FLOOR), written out.
 FLOOR = 1e-4
 #: The library's relative jitter for float32, written out.
 JITTER32 = 1e-4
@@ -234,7 +234,7 @@ def _library(kind, theta, X, y, Z, chunk_size):
 
     def lml(theta):
         kernel = KERNELS[kind](lengthscale=theta[0], variance=theta[1])
-        factor = parallel.sor_factor(kernel, X, y, Z, theta[2], chunk_size=chunk_size)
+        factor = woodbury_sums.sor_factor(kernel, X, y, Z, theta[2], chunk_size=chunk_size)
         return factor.log_marginal_likelihood()
 
     value, grad = jax.value_and_grad(lml)(jnp.asarray(theta))
@@ -271,19 +271,19 @@ def test_sor_loo_at_small_noise(name, kind, noise):
     X, y, Z = problem(name, kind, *THETA, noise)
     kernel = KERNELS[kind](lengthscale=THETA[0], variance=THETA[1])
     Xj, yj, Zj = jnp.asarray(X), jnp.asarray(y), jnp.asarray(Z)
-    factor = parallel.sor_factor(kernel, Xj, yj, Zj, noise, chunk_size=8)
-    loo = parallel.sor_loo(factor, kernel, Zj, Xj, yj, noise**2, chunk_size=8)
+    factor = woodbury_sums.sor_factor(kernel, Xj, yj, Zj, noise, chunk_size=8)
+    loo = block_loo.sor_loo(factor, kernel, Zj, Xj, yj, noise**2, chunk_size=8)
     expected = reference(kind, *THETA, noise, X, y, Z, loo=True)[2]
     np.testing.assert_allclose(loo, expected, rtol=RTOL_LOO, atol=RTOL_LOO)
 
 
 def _library_loo(kind, noise, X, y, Z, chunk_size=None, mask=None, dtype=np.float64, exact=None):
-    """The library's SoR LOO conditionals (its factor, then parallel.sor_loo), in ``dtype``."""
+    """The library's SoR LOO conditionals (its factor, then block_loo.sor_loo), in ``dtype``."""
     kernel = KERNELS[kind](lengthscale=dtype(THETA[0]), variance=dtype(THETA[1]))
     Xj, yj, Zj = (jnp.asarray(a, dtype=dtype) for a in (X, y, Z))
     noise = jnp.asarray(noise, dtype=dtype)
-    factor = parallel.sor_factor(kernel, Xj, yj, Zj, noise, mask=mask, chunk_size=chunk_size)
-    return parallel.sor_loo(
+    factor = woodbury_sums.sor_factor(kernel, Xj, yj, Zj, noise, mask=mask, chunk_size=chunk_size)
+    return block_loo.sor_loo(
         factor, kernel, Zj, Xj, yj, noise**2, mask=mask, chunk_size=chunk_size, exact=exact
     )
 
@@ -361,7 +361,7 @@ def test_sor_loo_float32_interpolated(noise):
     X, y, _ = problem("z-equals-x", "se", *THETA, noise)
     X32, y32 = X.astype(np.float32).astype(np.float64), y.astype(np.float32).astype(np.float64)
     expected, free = loo_reference("se", *THETA, np.float32(noise), X32, y32, X32, jitter=JITTER32)
-    assert np.all(free < parallel.LOO_LEVERAGE_FLOOR[np.dtype("float32")])
+    assert np.all(free < block_loo.LOO_LEVERAGE_FLOOR[np.dtype("float32")])
     loo = _library_loo("se", noise, X32, y32, X32, dtype=np.float32)
     assert loo.dtype == jnp.float32
     np.testing.assert_allclose(np.asarray(loo, np.float64), expected, rtol=1e-5)

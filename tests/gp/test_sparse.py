@@ -17,7 +17,7 @@ import pytest
 import sparse_reference as ref
 from conftest import assert_close
 
-from bayes_rbfn.gp import conditional, linalg, parallel, sparse
+from bayes_rbfn.gp import block_loo, conditional, linalg, moments, sparse
 from bayes_rbfn.gp.kernels import Kernel, Matern32, Matern52, SquaredExponential
 
 #: Relative jitter used in the comparisons with dense references (the library's float64 default).
@@ -115,7 +115,7 @@ def test_nystrom_residual_equals_dense(problem):
     X = np.concatenate([problem.X, problem.Z])
     Kuu = problem.kernel(problem.Z, problem.Z)
     Luu = linalg.cholesky(Kuu, JITTER)
-    value = parallel.nystrom_residual(problem.kernel, jnp.asarray(problem.Z), Luu, jnp.asarray(X))
+    value = moments.nystrom_residual(problem.kernel, jnp.asarray(problem.Z), Luu, jnp.asarray(X))
     expected = np.diag(ref.gram(problem.kernel, X) - ref.nystrom(problem.kernel, problem.Z, X, X, JITTER))
     prior = float(np.max(np.diag(ref.gram(problem.kernel, X))))
     assert np.all(np.asarray(value) >= 0)
@@ -159,7 +159,7 @@ def test_near_duplicate_inducing_inputs(method):
     """Two inducing inputs 1e-4 lengthscales apart (cond K_uu ≈ 1e8 after jitter): still the dense value.
 
     The default (whitened) Woodbury path whitens K_uf before forming AAᵀ; the M×M-first variant
-    (``fast=True`` of :func:`bayes_rbfn.gp.parallel.woodbury_stats`) was off by 7e-7 relative here.
+    (``fast=True`` of :func:`bayes_rbfn.gp.woodbury_sums.woodbury_stats`) was off by 7e-7 relative here.
     """
     p = _problem("1d-matern52")
     Z = np.concatenate([p.Z[:-1], p.Z[:1] + 1e-4])
@@ -350,7 +350,7 @@ def test_blocks_trace_under_jit_and_grad(name):
             sparse.log_marginal("dtc", dtc_factor, kernel, X, noise),
             sparse.log_marginal("fitc", fitc_factor, kernel, X, noise),
             sparse.log_marginal("vfe", dtc_factor, kernel, X, noise),
-            parallel.sor_loo(fitc_factor, kernel, Z, X, y, d),
+            block_loo.sor_loo(fitc_factor, kernel, Z, X, y, d),
             conditional.sor_predict(dtc_factor, kernel, Z, X_test, False, exact_test_prior=True).var,
             conditional.sor_predict(fitc_factor, kernel, Z, X_test, False, exact_test_prior=True).var,
         )

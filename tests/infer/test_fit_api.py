@@ -363,8 +363,9 @@ def test_predict_names_idata_when_given_anything_but_a_fit(not_a_fit):
 def test_default_mass_matrix_is_dense_for_few_sampled_values(model, num_inducing, dense_mass, size, dense):
     """``dense_mass=None`` (the default): dense for ≤ DENSE_MASS_MAX_PARAMS sampled values (sor: ℓ, s², σ),
     diagonal above (rbfn: 20 weights besides); a given value is kept."""
+    from bayes_rbfn.defaults import DENSE_MASS_MAX_PARAMS
     from bayes_rbfn.infer.fitting import build_model
-    from bayes_rbfn.infer.sampler import DENSE_MASS_MAX_PARAMS, nuts_kernel, sampled_size
+    from bayes_rbfn.infer.sampler import nuts_kernel, sampled_size
 
     X = np.linspace(0.0, 5.0, 40)[:, None]
     y = np.sin(X[:, 0])

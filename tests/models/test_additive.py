@@ -33,7 +33,7 @@ import bayes_rbfn as br
 from bayes_rbfn.gp import kernels as K
 from bayes_rbfn.gp.conditional import component_predict, sor_predict
 from bayes_rbfn.gp.inducing import periodic_centres
-from bayes_rbfn.gp.parallel import sor_factor
+from bayes_rbfn.gp.woodbury_sums import sor_factor
 
 PERIOD = 2.0
 NOISE = 0.3

@@ -27,6 +27,7 @@ from numpyro.infer import Predictive
 from stochastic import K_MCSE, record, seed
 
 import bayes_rbfn as br
+from bayes_rbfn.models.likelihoods import LIKELIHOODS
 
 matplotlib.use("Agg")
 
@@ -37,15 +38,11 @@ Z = np.linspace(0.05, 0.95, M)
 Y = np.sin(5 * X) + 0.1 * np.cos(17 * X)
 COUNTS = np.array([0, 1, 3, 2, 0, 5, 4, 1, 0, 2, 6, 3], dtype=float)
 LABELS = (COUNTS > 1.5).astype(float)
-DATA = {
-    "gaussian": Y,
-    "student_t": Y,
-    "poisson": COUNTS,
-    "negative_binomial": COUNTS,
-    "bernoulli": LABELS,
-}
+#: Data of each likelihood's kind, by its link.
+DATA_BY_LINK = {"identity": Y, "log": COUNTS, "logit": LABELS}
+DATA = {name: DATA_BY_LINK[lik.link] for name, lik in LIKELIHOODS.items()}
 CASES = [(m, "gaussian") for m in br.models.available_models()] + [
-    ("rbfn", lik) for lik in ("student_t", "poisson", "negative_binomial", "bernoulli")
+    ("rbfn", lik) for lik in LIKELIHOODS if lik != "gaussian"
 ]
 
 
@@ -104,6 +101,7 @@ PRIOR_CASES = {
     # likelihood: (pinned extra parameters, E[y] and Var[y] from diag Q)
     "gaussian": ({"noise": 0.3}, lambda q: (OFFSET + 0 * q, q + 0.09)),
     "student_t": ({"noise": 0.3, "df": 5.0}, lambda q: (OFFSET + 0 * q, q + 0.09 * 5.0 / 3.0)),
+    "laplace": ({"noise": 0.3}, lambda q: (OFFSET + 0 * q, q + 2 * 0.09)),
     "poisson": (
         {},
         lambda q: (np.exp(OFFSET + q / 2), np.exp(OFFSET + q / 2) + np.expm1(q) * np.exp(2 * OFFSET + q)),

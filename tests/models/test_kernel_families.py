@@ -9,6 +9,8 @@ family's one-line description (what ``bayes-rbfn fit --help`` lists) names the k
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import numpyro.distributions as dist
 import pytest
@@ -51,6 +53,20 @@ def test_rq_family_is_registered_and_listed_by_the_cli(rng):
     kernel = family.build({"lengthscale": np.array([1.0, 0.01]), "variance": 2.0, "alpha": 0.5})
     assert type(kernel) is K.RationalQuadratic
     assert_close(kernel.alpha, 0.5)
+
+
+def test_every_kernel_class_that_names_a_family_is_registered():
+    """A kernel is one class: each class of gp.kernels that sets ``family`` is a family of that name (in
+    the order of definition), sampling its ``params`` under its ``default_priors``; co2 is the composite."""
+    named = [c for c in vars(K).values() if isinstance(c, type) and issubclass(c, K.Kernel)]
+    named = sorted((c for c in named if c.__dict__.get("family")), key=lambda c: inspect.getsourcelines(c)[1])
+    assert list(FAMILIES) == [*(c.family for c in named), "co2"]
+    assert "imq" in kernel_names()
+    for cls in named:
+        family = FAMILIES[cls.family]
+        assert family.params == cls.params and family.description == cls.description
+        kernel = family.build({p: 0.5 + i for i, p in enumerate(cls.params)})
+        assert type(kernel) is cls
 
 
 def test_every_registered_family_builds_a_kernel_from_its_prior_medians(rng):

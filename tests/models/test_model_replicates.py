@@ -60,7 +60,7 @@ def test_grouped_replicates_equal_each_groups_dense_conditional():
     group = np.array([0, 1] * 6 + [0])
     y = np.sin(2.0 * X[:, 0]) + 0.1 * gen.standard_normal(13)
     Z = np.linspace(0.2, 2.8, 4)[:, None]
-    data, extras = grouped.prepare(X, y, Z, "mean", group, group, X)
+    data, layout = grouped.prepare(X, y, Z, "mean", group, group, X)
     params = {
         "lengthscale": jnp.array([0.6, 0.9]),
         "variance": jnp.array([1.2, 0.8]),
@@ -70,7 +70,7 @@ def test_grouped_replicates_equal_each_groups_dense_conditional():
     key = jax.random.PRNGKey(stochastic.seed(22))
     padded = np.asarray(grouped.replicate(key, (S,), params, data, config))
     assert np.all(padded[:, ~np.asarray(data["mask"])] == 0.0)
-    draws = padded.reshape(S, -1)[:, extras["obs_index"]]
+    draws = layout.to_observations(padded, batch_ndim=1)
     for g in (0, 1):
         rows = group == g
         kernel = SquaredExponential(lengthscale=params["lengthscale"][g], variance=params["variance"][g])
