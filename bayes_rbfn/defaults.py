@@ -87,7 +87,8 @@ def default_num_inducing(
     than the distinct inputs.
 
     Args:
-        n_points: N, the rows fitted. n_inputs: D, the input columns.
+        n_points: N, the rows fitted.
+        n_inputs: D, the input columns.
         distinct: the distinct input rows (default N).
         samples_weights: the model samples the weights α (each centre is then a sampled dimension).
 

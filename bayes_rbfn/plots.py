@@ -73,8 +73,10 @@ def plot_trace(idata: Any, var_names: Sequence[str], path: str | os.PathLike[str
 
 
 def plot_rank(idata: Any, var_names: Sequence[str], path: str | os.PathLike[str]) -> None:
-    """Rank plot (Vehtari et al. 2021) of scalar ``var_names``: flat, overlapping histograms per chain
-    mean the chains mix; a chain whose ranks pile up at one end has not explored the same region.
+    """Rank plot (Vehtari et al. 2021) of scalar ``var_names``.
+
+    Flat, overlapping histograms per chain mean the chains mix; a chain whose ranks pile up at one end has
+    not explored the same region.
     """
     import arviz as az
 
@@ -233,8 +235,12 @@ def plot_predictive_groups(
     """Posterior predictive of grouped data over one input, one panel per shown group.
 
     Args:
+        path: the image file to write.
         panels: (group name, X_g, y_g, X_pred_g, band_g, Z_g) per panel; Z_g the group's inducing
             inputs (the shared ones for shared Z) or None.
+        x_label: the input's axis label.
+        y_label: the target's axis label.
+        title: the figure's title.
     """
     n = len(panels)
     cols = min(3, n)
@@ -272,12 +278,22 @@ def plot_predicted_vs_observed(
     title: str,
     data_label: str = "data",
 ) -> None:
-    """For several inputs: predicted against observed y (with the widest interval as error bars), and y
-    against the first input with the predictive mean and the inducing inputs.
+    """For several inputs: predicted against observed y, and y against the first input.
+
+    The left panel has the widest interval as error bars; the right one the predictive mean and the
+    inducing inputs.
 
     Args:
-        X, y: (S, D) inputs and (S,) observed values where ``band`` was predicted: the training data, or
-            held-out test data (``data_label`` then says so in the titles and legend).
+        path: the image file to write.
+        X: (S, D) inputs where ``band`` was predicted: the training data, or held-out test data
+            (``data_label`` then says so in the titles and legend).
+        y: (S,) observed values at X.
+        band: the predictive :class:`~bayes_rbfn.infer.predictive.Band` at X.
+        Z: (M, D) inducing inputs, or None.
+        x_names: the D input names.
+        y_label: the target's axis label.
+        title: the figure's title.
+        data_label: what the observed points are, in the titles and legend (default "data").
     """
     fig = Figure(figsize=(11, 4.6), layout="constrained")
     left, right = fig.subplots(1, 2)
@@ -326,8 +342,9 @@ _SPECIAL_DAYS = (
 
 
 def plot_birthdays(idata: Any, path: str | os.PathLike[str]) -> None:
-    """The Birthdays case study's figure from :func:`bayes_rbfn.workflows.birthdays.fit_birthdays`'s
-    InferenceData, in relative births (1 = the average day), posterior means over the stored draws:
+    """The Birthdays case study's figure from :func:`bayes_rbfn.workflows.birthdays.fit_birthdays`'s data.
+
+    From its InferenceData, in relative births (1 = the average day), posterior means over the stored draws:
     the day-of-year and floating-holiday effects of the last year with special days labelled (top); the
     data with the slow trend; the yearly cycle over the first year; each weekday's effect exp(g(t)) β_w
     over the years.

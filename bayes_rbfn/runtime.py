@@ -11,7 +11,9 @@ process call these explicitly:
   kernels (Cholesky, triangular solves) run in SciPy's OpenBLAS, whose worker threads otherwise compete
   with XLA's for the same cores (a 25×240 triangular solve measured 20 ms instead of 0.1 ms on 2 cores);
 * :func:`use_host_devices` — expose N CPU devices so NUTS chains run in parallel, one per core; must
-  run before JAX initialises its backend (before the first computation).
+  run before JAX initialises its backend (before the first computation);
+* :func:`initialize_distributed` — join a run of several processes (one per host) through JAX's
+  distributed runtime, with CPU collectives between CPU hosts; also before the first computation.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ import os
 from pathlib import Path
 
 __all__ = [
+    "HEARTBEAT_TIMEOUT_SECONDS",
     "available_memory",
     "computes_on_cpu",
     "default_cache_dir",
     "enable_compilation_cache",
     "enable_x64",
+    "initialize_distributed",
     "limit_blas_threads",
     "single_threaded_blas",
     "use_host_devices",
@@ -67,6 +71,47 @@ def enable_compilation_cache(path: str | os.PathLike | None = None) -> Path | No
     return directory
 
 
+#: Seconds without a heartbeat after which the distributed runtime declares a process dead, and the
+#: others stop with an error instead of waiting for it (JAX's default: 100).
+HEARTBEAT_TIMEOUT_SECONDS = 30
+
+
+def initialize_distributed(
+    coordinator_address: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    *,
+    heartbeat_timeout_seconds: int = HEARTBEAT_TIMEOUT_SECONDS,
+    initialization_timeout: int = 300,
+) -> None:
+    """Join a multi-process run: :func:`jax.distributed.initialize`, with CPU collectives on CPU hosts.
+
+    Call it in every process, first thing, before any JAX computation. Without arguments JAX detects the
+    cluster from its environment (SLURM, Open MPI, Kubernetes, Cloud TPU: ``cluster_detection_method``
+    of :func:`jax.distributed.initialize`); else give the coordinator's ``host:port`` (process 0's host),
+    the number of processes and this process's rank, 0 … num_processes − 1. CPU devices of different
+    processes exchange their sums through Gloo (``jax_cpu_collectives_implementation``), which XLA's CPU
+    client otherwise lacks; accelerators use their own (NCCL on GPUs).
+
+    Args:
+        coordinator_address: ``host:port`` of the coordinator, or None to detect it.
+        num_processes: the number of processes of the run, or None to detect it.
+        process_id: this process's rank, or None to detect it.
+        heartbeat_timeout_seconds: how long a silent process may stay silent before the run stops.
+        initialization_timeout: how long to wait for every process to join, in seconds.
+    """
+    import jax
+
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        coordinator_address=coordinator_address,
+        num_processes=num_processes,
+        process_id=process_id,
+        heartbeat_timeout_seconds=heartbeat_timeout_seconds,
+        initialization_timeout=initialization_timeout,
+    )
+
+
 def use_host_devices(count: int) -> None:
     """Ask XLA for ``count`` CPU devices (``--xla_force_host_platform_device_count``).
 
@@ -88,8 +133,10 @@ def _load_lapack() -> None:
 
 
 def computes_on_cpu() -> bool:
-    """Whether JAX's default backend is the CPU. Before JAX has started its backends (which this does not
-    do: the XLA flags may still be changing) the answer is yes, the one backend every install has.
+    """Whether JAX's default backend is the CPU.
+
+    Before JAX has started its backends (which this does not do: the XLA flags may still be changing) the
+    answer is yes, the one backend every install has.
     """
     import jax
 

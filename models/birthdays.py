@@ -86,8 +86,10 @@ DAYS_OF_YEAR = 366
 
 
 def holiday_indicators(dates: pd.Series) -> dict[str, np.ndarray]:
-    """0/1 indicators of the floating holidays and the day after each: Memorial Day (last Monday of
-    May), Labor Day (first Monday of September), Thanksgiving (fourth Thursday of November).
+    """0/1 indicators of the floating holidays and the day after each.
+
+    Memorial Day (last Monday of May), Labor Day (first Monday of September), Thanksgiving (fourth Thursday
+    of November).
     """
     dates = pd.Series(pd.to_datetime(dates)).reset_index(drop=True)
     month, weekday, day = dates.dt.month, dates.dt.day_of_week, dates.dt.day
@@ -104,8 +106,9 @@ def holiday_indicators(dates: pd.Series) -> dict[str, np.ndarray]:
 
 
 def birthdays_inputs(frame: pd.DataFrame) -> dict[str, Any]:
-    """The model's data from the case study's table (columns year, month, day, births, day_of_year,
-    day_of_week, id).
+    """The model's data from the case study's table.
+
+    The table's columns are year, month, day, births, day_of_year, day_of_week, id.
 
     Returns a dict: ``X`` (N, 6) with the columns of :data:`COLUMNS` (t standardised; day of week 0 =
     Monday … 6; day of year 0 … 365, Feb 29 = 59 and Mar 1 = 60 in every year; the holiday indicators),
@@ -161,8 +164,10 @@ def sample_hyperparameters() -> dict[str, Any]:
 
 
 def centres(X: Any, t_sd: float, *, num_trend: int = 20, num_year: int = 30, num_week: int = 8) -> dict:
-    """The centres of the smooth parts, in standardised t: the trend's and the week trend's evenly over
-    the days, the year's over one year (a periodic kernel needs no more).
+    """The centres of the smooth parts, in standardised t.
+
+    The trend's and the week trend's evenly over the days, the year's over one year (a periodic kernel
+    needs no more).
     """
     t = np.asarray(X)[:, 0]
     return {
@@ -173,9 +178,10 @@ def centres(X: Any, t_sd: float, *, num_trend: int = 20, num_year: int = 30, num
 
 
 def load_birthdays(years: int | None = None) -> dict[str, Any]:
-    """The packaged data as the model takes them: :func:`birthdays_inputs` of the whole record, or of its
-    last ``years`` years, with the centres ``Z`` (:func:`centres`) and ``period`` (one year in
-    standardised t); ``model_args`` is ``(X, Z, period, y)``.
+    """The packaged data as the model takes them; ``model_args`` is ``(X, Z, period, y)``.
+
+    :func:`birthdays_inputs` of the whole record, or of its last ``years`` years, with the centres ``Z``
+    (:func:`centres`) and ``period`` (one year in standardised t).
     """
     frame = pd.read_csv(DATA)
     if years is not None:
@@ -195,7 +201,8 @@ def birthdays_model(X: Any, Z: dict, period: float, y: Any = None) -> None:
 
     Args:
         X: (N, 6) inputs with the columns of :data:`COLUMNS` (:func:`birthdays_inputs`).
-        Z: the centres of :func:`centres`. period: one year in standardised t.
+        Z: the centres of :func:`centres`.
+        period: one year in standardised t.
         y: (N,) standardised relative births, or None to simulate.
 
     Sites: the hyperparameters (``trend_lengthscale``, ``trend_amplitude``, ``year_lengthscale``,

@@ -177,8 +177,9 @@ def simulate(key: jax.Array, sample_shape: tuple, params: dict, data: dict, conf
 
 
 def _woodbury(params: dict, data: dict):
-    """The evidence's covariance ΦΦᵀ/α + I/β as the Woodbury factor of K_fu K_uu⁻¹ K_uf + I/β with
-    K_fu = Φ (:func:`basis_kernel`) and L_uu = √α I, for the centred targets t.
+    """The evidence's covariance ΦΦᵀ/α + I/β as the Woodbury factor of K_fu K_uu⁻¹ K_uf + I/β.
+
+    With K_fu = Φ (:func:`basis_kernel`) and L_uu = √α I, for the centred targets t.
 
     Returns (factor, kernel, t).
     """
@@ -192,8 +193,10 @@ def _woodbury(params: dict, data: dict):
 def replicate(
     key: jax.Array, sample_shape: tuple, params: dict, data: dict, config: ModelConfig
 ) -> jax.Array:
-    """Posterior predictive replicates y_rep = c + Φw + β^-½ ε with w | t ~ N(m_N, S_N), Bishop (3.53)–(3.54),
-    drawn through the weight space of :func:`bayes_rbfn.gp.sparse.replicates` (K_fu = Φ, K_uu = αI).
+    """Posterior predictive replicates y_rep = c + Φw + β^-½ ε with w | t ~ N(m_N, S_N).
+
+    Bishop (3.53)–(3.54), drawn through the weight space of :func:`bayes_rbfn.gp.sparse.replicates`
+    (K_fu = Φ, K_uu = αI).
     """
     factor, kernel, t = _woodbury(params, data)
     noise = 1.0 / jnp.sqrt(params["beta"])

@@ -52,8 +52,9 @@ def _median(d: dist.Distribution) -> jnp.ndarray:
 
 
 def sample_or_pin(name: str, priors: Mapping[str, dist.Distribution], fixed: Mapping[str, Any]) -> Any:
-    """The site ``name``: its pinned value from ``fixed`` where there is one, else sampled from its prior
-    in ``priors``.
+    """The site ``name``: its pinned value from ``fixed`` where there is one, else sampled from its prior.
+
+    The prior is the one in ``priors``.
     """
     if name in fixed:
         return jnp.asarray(fixed[name])
@@ -184,8 +185,9 @@ class ModelMarginal(SortedPytreeFields, dist.Distribution):
         return self.simulate(key, tuple(sample_shape), self.params, self.data, self.config)
 
     def sample_replicates(self, key, y, sample_shape=()):
-        """Posterior predictive replicates y_rep ~ p(y_rep | y) (the model's ``replicate`` hook,
-        ``replicate(key, sample_shape, params, data with y, config)``).
+        """Posterior predictive replicates y_rep ~ p(y_rep | y), by the model's ``replicate`` hook.
+
+        The hook is called as ``replicate(key, sample_shape, params, data with y, config)``.
         """
         if self.replicate is None:
             raise NotImplementedError("this marginal has no conditional replicates")

@@ -114,8 +114,9 @@ APPROXIMATIONS = sparse.APPROXIMATIONS
 
 
 def _predictive(mean: jax.Array, moments: conditional.Gaussian, full_cov: bool) -> dist.Distribution:
-    """Normal(...).to_event(1), or MultivariateNormal with the package's jitter policy on its Cholesky
-    (member by member for a batch of covariances).
+    """Normal(...).to_event(1), or MultivariateNormal with the package's jitter policy on its Cholesky.
+
+    The jitter is applied member by member for a batch of covariances.
     """
     if full_cov:
         cov = moments.cov
@@ -131,8 +132,9 @@ def _predictive(mean: jax.Array, moments: conditional.Gaussian, full_cov: bool) 
 
 
 def _check_inputs(X: Any, name: str, dim: int | None = None) -> jax.Array:
-    """(N, D) inputs as :func:`~bayes_rbfn.gp.validation.check_X` takes them ((N,) is one column), or a
-    batch (..., N, D) of them: finite, N ≥ 1, D matching ``dim``.
+    """(N, D) inputs as :func:`~bayes_rbfn.gp.validation.check_X` takes them, or a batch (..., N, D) of them.
+
+    (N,) is one column. Finite, N ≥ 1, D matching ``dim``.
     """
     if jnp.ndim(X) <= 2:
         return check_X(X, name, dim=dim)
@@ -147,8 +149,10 @@ def _check_inputs(X: Any, name: str, dim: int | None = None) -> jax.Array:
 
 
 def _check_noise(noise: Any, N: int, dtype: Any) -> tuple[jax.Array, int]:
-    """σ as stored, and its axes per member: 0 (one σ per member; a trailing axis of length 1 is dropped)
-    or 1 (one σ per point, (..., N)). Concrete values must be finite numbers > 0.
+    """σ as stored, and its axes per member: 0 (one σ per member) or 1 (one σ per point, (..., N)).
+
+    With one σ per member a trailing axis of length 1 is dropped. Concrete values must be finite numbers
+    > 0.
     """
     if is_concrete(noise):
         try:
@@ -178,8 +182,10 @@ def _check_noise(noise: Any, N: int, dtype: Any) -> tuple[jax.Array, int]:
 
 
 def _loc(mean: Any, X: jax.Array) -> jax.Array:
-    """The prior mean at X, (N,) or a batch (..., N): a number, an (N,) or (..., N) array, or a callable of
-    one member's (N, D) inputs (mapped over a batch of inputs).
+    """The prior mean at X, (N,) or a batch (..., N).
+
+    Given as a number, an (N,) or (..., N) array, or a callable of one member's (N, D) inputs (mapped over
+    a batch of inputs).
     """
     N = X.shape[-2]
     if callable(mean):
@@ -204,8 +210,10 @@ def _lead(value: Any, k: int) -> int:
 
 
 def _check_kernel_shapes(kernel: Kernel, k: int, dim: int, N: int, dtype: Any) -> None:
-    """One member's hyperparameters must fit one member's (N, D) inputs: lengthscales and periods a scalar
-    or one per input dimension, and the Gram matrix (N, N). Shapes only (tracers pass through).
+    """One member's hyperparameters must fit one member's (N, D) inputs.
+
+    Lengthscales and periods a scalar or one per input dimension, and the Gram matrix (N, N). Shapes only
+    (tracers pass through).
     """
 
     def walk(kern: Kernel, d: int) -> None:
@@ -390,8 +398,10 @@ class _GaussianProcessMarginal(SortedPytreeFields, dist.Distribution):
         return member
 
     def _per_member(self, fn: Callable, shape: tuple[int, ...], *extra: tuple[jax.Array, int]) -> Any:
-        """fn(member, *extra_member) for every member of the batch ``shape`` (this distribution's batch shape
-        broadcast with that of ``extra``: (array, its number of leading batch axes) pairs).
+        """fn(member, *extra_member) for every member of the batch ``shape``.
+
+        ``shape`` is this distribution's batch shape broadcast with that of ``extra``: (array, its number of
+        leading batch axes) pairs.
         """
         fields = {name: getattr(self, name) for name in self._batched_fields}
         leaves, tree = jax.tree_util.tree_flatten(fields)
@@ -423,10 +433,11 @@ class _GaussianProcessMarginal(SortedPytreeFields, dist.Distribution):
         return value, _broadcast({"batch_shape": self.batch_shape, name: tuple(value.shape[:-1])})
 
     def expand(self, batch_shape: Any) -> Any:
-        """The same distribution with its batch broadcast to ``batch_shape`` (a :class:`SparseGP` or
-        :class:`ExactGP` again, not NumPyro's ``ExpandedDistribution``, so that what ``numpyro.plate``
-        makes of it keeps :meth:`sample_replicates` and the LOO methods). Nothing is copied: members
-        along the new axes share the fields, and their draws are independent.
+        """The same distribution with its batch broadcast to ``batch_shape``.
+
+        A :class:`SparseGP` or :class:`ExactGP` again, not NumPyro's ``ExpandedDistribution``, so that what
+        ``numpyro.plate`` makes of it keeps :meth:`sample_replicates` and the LOO methods. Nothing is copied:
+        members along the new axes share the fields, and their draws are independent.
         """
         batch_shape = tuple(int(s) for s in batch_shape)
         if batch_shape == self.batch_shape:
@@ -450,8 +461,9 @@ class _GaussianProcessMarginal(SortedPytreeFields, dist.Distribution):
         return jnp.broadcast_to(self.loc, self.batch_shape + self.event_shape)
 
     def log_prob(self, value: jax.Array) -> jax.Array:
-        """The log density of ``value`` (..., N), shape broadcast(batch_shape, value.shape[:-1]); -inf where
-        a factorisation fails (so NUTS rejects the step).
+        """The log density of ``value`` (..., N), shape broadcast(batch_shape, value.shape[:-1]).
+
+        -inf where a factorisation fails (so NUTS rejects the step).
         """
         self._check_length(value, "value")
         value = jnp.asarray(value, dtype=self.X.dtype)
@@ -470,7 +482,8 @@ class _GaussianProcessMarginal(SortedPytreeFields, dist.Distribution):
         return _sample_axes_first(draws, len(shape), len(sample_shape))
 
     def sample_replicates(self, key: jax.Array, y: Any, sample_shape: tuple[int, ...] = ()) -> jax.Array:
-        """Posterior predictive replicates y_rep ~ p(y_rep | y) at X, shape sample_shape + batch + (N,),
+        """Posterior predictive replicates y_rep ~ p(y_rep | y) at X, shape sample_shape + batch + (N,).
+
         batch = broadcast(batch_shape, y.shape[:-1]): f from its conditional given y, plus the noise.
 
         What ``az.plot_ppc`` compares the data with: unlike :meth:`sample` (the marginal, which ignores
@@ -490,10 +503,11 @@ class _GaussianProcessMarginal(SortedPytreeFields, dist.Distribution):
         return _sample_axes_first(draws, len(shape), len(sample_shape))
 
     def moments(self, y: Any, X_test: Any, *, full_cov: bool = False) -> conditional.Gaussian:
-        """Moments of the latent f* − m(X_test) at X_test given y (a
-        :class:`~bayes_rbfn.gp.conditional.Gaussian`: ``mean`` (..., S) without the prior mean, ``var``
+        """Moments of the latent f* − m(X_test) at X_test given y.
+
+        A :class:`~bayes_rbfn.gp.conditional.Gaussian`: ``mean`` (..., S) without the prior mean, ``var``
         (..., S), ``cov`` (..., S, S) when ``full_cov``; the leading axes are broadcast(batch_shape,
-        y.shape[:-1]), each member conditioned on its own y at the same X_test (S, D) or (S,)).
+        y.shape[:-1]), each member conditioned on its own y at the same X_test (S, D) or (S,).
         """
         X_test = check_X(X_test, "X_test", dim=self.X.shape[-1]).astype(self.X.dtype)
         y = jnp.asarray(y, dtype=self.X.dtype)
@@ -514,7 +528,8 @@ class _GaussianProcessMarginal(SortedPytreeFields, dist.Distribution):
         batch shape.
 
         Args:
-            y: (N,) observations (or (..., N), one row per member). X_test: (S, D) or (S,) inputs.
+            y: (N,) observations (or (..., N), one row per member).
+            X_test: (S, D) or (S,) inputs.
             full_cov: a ``MultivariateNormal`` over the S points (jittered by the package's policy: SoR's
                 covariance has rank ≤ M) instead of independent ``Normal(...).to_event(1)``.
             mean_test: the prior mean at X_test ((S,), or (..., S) for a batch), needed when ``mean`` was
@@ -525,25 +540,28 @@ class _GaussianProcessMarginal(SortedPytreeFields, dist.Distribution):
         return _predictive(self._mean_for_condition(X_test, mean_test), moments, full_cov)
 
     def loo_log_prob(self, y: Any, *, exact: bool | str | None = None) -> jax.Array:
-        """The N leave-one-out conditionals log p(y_i | y_−i), shape (..., N) ([3]; the leading axes as
-        :meth:`moments`'). SparseGP: in O(NM²), under its marginal N(m, Q_ff + D) (VFE: DTC's, the density
-        its bound is proportional to in y); ``exact``: how points the model interpolates (leverage near 1)
-        are evaluated, as :func:`bayes_rbfn.gp.block_loo.sor_loo`'s argument. ExactGP: O(N³) from the dense
-        Cholesky at every point, so ``exact`` changes nothing.
+        """The N leave-one-out conditionals log p(y_i | y_−i), shape (..., N).
+
+        See [3]; the leading axes as :meth:`moments`'. SparseGP: in O(NM²), under its marginal
+        N(m, Q_ff + D) (VFE: DTC's, the density its bound is proportional to in y); ``exact``: how points the
+        model interpolates (leverage near 1) are evaluated, as :func:`bayes_rbfn.gp.block_loo.sor_loo`'s
+        argument. ExactGP: O(N³) from the dense Cholesky at every point, so ``exact`` changes nothing.
         """
         return self._loo(y, exact, "log_density")
 
     def loo_pit(self, y: Any, *, exact: bool | str | None = None) -> jax.Array:
-        """The N leave-one-out conditionals' CDFs at the data, P(y_i' ≤ y_i | y_−i), shape (..., N):
+        """The N leave-one-out conditionals' CDFs at the data, P(y_i' ≤ y_i | y_−i), shape (..., N).
+
         Φ((y_i − μ_−i)/σ_−i) from the same passes as :meth:`loo_log_prob` (``exact`` likewise). Averaged
         over posterior draws with PSIS weights they are LOO-PIT (:func:`bayes_rbfn.loo_pit`).
         """
         return self._loo(y, exact, "pit")
 
     def loo_residual(self, y: Any, *, exact: bool | str | None = None) -> jax.Array:
-        """The N leave-one-out residuals y_i − E[y_i | y_−i], shape (..., N), from the same passes as
-        :meth:`loo_log_prob` (``exact`` likewise). Averaged over posterior draws with PSIS weights they
-        give the LOO predictive mean, and LOO-R² (:func:`bayes_rbfn.loo_r2`).
+        """The N leave-one-out residuals y_i − E[y_i | y_−i], shape (..., N).
+
+        From the same passes as :meth:`loo_log_prob` (``exact`` likewise). Averaged over posterior draws
+        with PSIS weights they give the LOO predictive mean, and LOO-R² (:func:`bayes_rbfn.loo_r2`).
         """
         return self._loo(y, exact, "residual")
 
@@ -691,8 +709,9 @@ class SparseGP(_GaussianProcessMarginal):
         return {"chunk_size": self.chunk_size, "mesh": self.mesh}
 
     def _factor(self, r: jax.Array) -> tuple[linalg.Woodbury, Any]:
-        """Woodbury factor of C = Q_ff + diag(d) for the centred r, and d (:func:`sparse.training_factor`);
-        with group effects of C = Q_ff + diag(d) + τ² H Hᵀ (:func:`bayes_rbfn.gp.effects.factor`).
+        """Woodbury factor of C = Q_ff + diag(d) for the centred r, and d (:func:`sparse.training_factor`).
+
+        With group effects, that of C = Q_ff + diag(d) + τ² H Hᵀ (:func:`bayes_rbfn.gp.effects.factor`).
         """
         if self.groups is not None:
             return self._group_factor(r)[0], self.noise**2
@@ -744,9 +763,10 @@ class SparseGP(_GaussianProcessMarginal):
         return y + self.noise * jax.random.normal(k_noise, (*sample_shape, N), dtype=self.X.dtype)
 
     def _replicates_member(self, key: jax.Array, y: jax.Array, sample_shape: tuple[int, ...]) -> jax.Array:
-        """y_rep ~ p(y_rep | y), O(NM²) for the factor and O(NM) per draw, in weight space, each
-        approximation with its own training conditional (:func:`bayes_rbfn.gp.sparse.replicates`: SoR and
-        DTC deterministic given the weights, FITC's and VFE's independent diag(K_ff − Q_ff)).
+        """y_rep ~ p(y_rep | y), O(NM²) for the factor and O(NM) per draw, in weight space.
+
+        Each approximation with its own training conditional (:func:`bayes_rbfn.gp.sparse.replicates`: SoR
+        and DTC deterministic given the weights, FITC's and VFE's independent diag(K_ff − Q_ff)).
         """
         r = y - self.loc
         if self.groups is not None:
@@ -772,8 +792,10 @@ class SparseGP(_GaussianProcessMarginal):
         return self.loc + draws
 
     def _moments_member(self, y: jax.Array, X_test: jax.Array, full_cov: bool) -> conditional.Gaussian:
-        """:func:`bayes_rbfn.gp.conditional.sor_predict`. SoR: f* = K_*u α with α | y Gaussian; DTC, FITC
-        and VFE add the prior variance K_** − Q_** that the Nyström prior drops ([1] eqs. (21), (25)).
+        """:func:`bayes_rbfn.gp.conditional.sor_predict`.
+
+        SoR: f* = K_*u α with α | y Gaussian; DTC, FITC and VFE add the prior variance K_** − Q_** that the
+        Nyström prior drops ([1] eqs. (21), (25)).
         """
         factor, _ = self._factor(y - self.loc)
         return conditional.sor_predict(
@@ -790,10 +812,11 @@ class SparseGP(_GaussianProcessMarginal):
     def component_moments(
         self, y: Any, X_test: dict[str, Any], *, full_cov: bool = False
     ) -> dict[str, conditional.Gaussian]:
-        """Components' contributions f*_c = K_{*,u_c} α_c given y, for an
-        :class:`~bayes_rbfn.gp.kernels.Additive` kernel: their weights integrated out analytically with all
-        the others (:func:`bayes_rbfn.gp.conditional.component_predict`; the weight-space form, whatever
-        ``approx``), from one factorisation for all the components asked for.
+        """Components' contributions f*_c = K_{*,u_c} α_c given y, for an Additive kernel.
+
+        For an :class:`~bayes_rbfn.gp.kernels.Additive` kernel: their weights integrated out analytically
+        with all the others (:func:`bayes_rbfn.gp.conditional.component_predict`; the weight-space form,
+        whatever ``approx``), from one factorisation for all the components asked for.
 
         Args:
             y: (N,) observations (unbatched distributions only).
@@ -822,8 +845,9 @@ class SparseGP(_GaussianProcessMarginal):
         }
 
     def group_moments(self, y: Any) -> conditional.Gaussian:
-        """The posterior of the group effects β | y, a :class:`~bayes_rbfn.gp.conditional.Gaussian` with
-        ``mean`` and ``var`` of shape (G,) (:func:`bayes_rbfn.gp.effects.effect_moments`), from the
+        """The posterior of the group effects β | y, a :class:`~bayes_rbfn.gp.conditional.Gaussian`.
+
+        With ``mean`` and ``var`` of shape (G,) (:func:`bayes_rbfn.gp.effects.effect_moments`), from the
         factorisation of the marginal with every other Gaussian part integrated out.
 
         Args:
@@ -841,8 +865,9 @@ class SparseGP(_GaussianProcessMarginal):
         return effects.effect_moments(factor, terms, r, self.groups, self.num_groups, self.group_scale)
 
     def _loo_member(self, y: jax.Array, exact: bool | str | None, statistic: str) -> jax.Array:
-        """:func:`bayes_rbfn.gp.block_loo.sor_loo` under N(m, Q_ff + diag(d)), d from the factor; with group
-        effects :func:`bayes_rbfn.gp.effects.loo` (``exact`` does not apply).
+        """:func:`bayes_rbfn.gp.block_loo.sor_loo` under N(m, Q_ff + diag(d)), d from the factor.
+
+        With group effects :func:`bayes_rbfn.gp.effects.loo` (``exact`` does not apply).
         """
         r = y - self.loc
         if self.groups is not None:
@@ -861,8 +886,9 @@ def _sparse_log_prob(d: SparseGP, value: jax.Array) -> jax.Array:
 
 
 class ExactGP(_GaussianProcessMarginal):
-    """y ~ N(m, K_ff + σ²I), the exact GP marginal (K_ff + diag(σ²) with one σ_i per point); event shape
-    (N,). O(N³): the reference model.
+    """y ~ N(m, K_ff + σ²I), the exact GP marginal; event shape (N,).
+
+    K_ff + diag(σ²) with one σ_i per point. O(N³): the reference model.
 
     Args as :class:`SparseGP` without ``Z``, ``approx`` and ``jitter`` (σ² > 0 regularises K_ff).
     """
@@ -891,8 +917,9 @@ class ExactGP(_GaussianProcessMarginal):
         return self.loc + eps @ L.T
 
     def _replicates_member(self, key: jax.Array, y: jax.Array, sample_shape: tuple[int, ...]) -> jax.Array:
-        """f from its exact conditional given y (Matheron's rule, :func:`conditional.exact_replicates`),
-        plus noise.
+        """f from its exact conditional given y, plus noise.
+
+        Matheron's rule, :func:`conditional.exact_replicates`.
         """
         r = y - self.loc
         return self.loc + conditional.exact_replicates(self.kernel, self.X, r, self.noise, key, sample_shape)

@@ -63,8 +63,10 @@ def several_series(
     ``series``.
 
     Args:
-        X: (N, D) or (N,) inputs (about unit range). Z: (M, D) or (M,) inducing inputs.
+        X: (N, D) or (N,) inputs (about unit range).
+        Z: (M, D) or (M,) inducing inputs.
         Y: (S, N) observations, or None to simulate them (then ``num_series`` gives S).
+        num_series: S, the number of series when ``Y`` is None.
         approx: the :class:`~bayes_rbfn.models.distributions.SparseGP` approximation.
     """
     if Y is None and num_series is None:
@@ -88,8 +90,9 @@ def heteroscedastic(X: Any, Z: Any, y: Any = None, *, approx: str = "sor") -> No
     (M,)), ``log_sigma_alpha`` and ``log_sigma`` (log σ at X, (N,)); the observed ``y`` (N,).
 
     Args:
-        X: (N, D) or (N,) inputs (about unit range). Z: (M, D) or (M,) inducing inputs, shared by f and
-            the noise network. y: (N,) observations (about unit spread), or None to simulate them.
+        X: (N, D) or (N,) inputs (about unit range).
+        Z: (M, D) or (M,) inducing inputs, shared by f and the noise network.
+        y: (N,) observations (about unit spread), or None to simulate them.
         approx: the :class:`~bayes_rbfn.models.distributions.SparseGP` approximation of f.
     """
     ell = numpyro.sample("lengthscale", dist.LogNormal(np.log(0.1), 0.5))
@@ -115,8 +118,9 @@ def simulate_series(
     mean: float = 0.0,
     approx: str = "sor",
 ) -> jax.Array:
-    """``num_series`` independent draws from :func:`several_series`'s marginal at the given
-    hyperparameters, shape (num_series, N).
+    """``num_series`` independent draws from :func:`several_series`'s marginal, shape (num_series, N).
+
+    At the given hyperparameters.
     """
     kernel = SquaredExponential(lengthscale=lengthscale, variance=variance)
     marginal = SparseGP(kernel, X, Z, noise, approx=approx, mean=mean)

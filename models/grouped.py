@@ -150,7 +150,8 @@ def read_layout(constant_data: Any, predictions_constant_data: Any) -> dict:
     """The group codes a fit stored (:func:`prepare`'s ``constant_data``), as ``prepare``'s arguments.
 
     Args:
-        constant_data, predictions_constant_data: the fit's groups of that name.
+        constant_data: the fit's group of that name (its ``obs_group``).
+        predictions_constant_data: the fit's group of that name (its ``pred_group``).
 
     Returns:
         {"group": the observations' codes, "group_pred": the prediction inputs'}.
@@ -162,8 +163,9 @@ def read_layout(constant_data: Any, predictions_constant_data: Any) -> dict:
 
 
 def padded_index(group: np.ndarray) -> np.ndarray:
-    """Where each observation sits in the flattened (G, N_max) layout: group · N_max + its rank within the
-    group (in the order of the observations), shape (N,).
+    """Where each observation sits in the flattened (G, N_max) layout, shape (N,).
+
+    group · N_max + its rank within the group (in the order of the observations).
     """
     counts = np.bincount(group)
     order = np.argsort(group, kind="stable")
@@ -230,8 +232,9 @@ def model(data: dict, config: ModelConfig) -> None:
 
 
 def simulate(key: jax.Array, sample_shape: tuple, params: dict, data: dict, config: ModelConfig) -> jax.Array:
-    """Draws of the padded y (G, N_max): each group's SoR marginal N(c_g, Q^(g) + σ_g² I), drawn by
-    :meth:`~bayes_rbfn.models.distributions.SparseGP.sample` in O(NM); 0 at the padding.
+    """Draws of the padded y (G, N_max): each group's SoR marginal N(c_g, Q^(g) + σ_g² I); 0 at the padding.
+
+    Drawn by :meth:`~bayes_rbfn.models.distributions.SparseGP.sample` in O(NM).
     """
     from bayes_rbfn.models.distributions import SparseGP
 
@@ -252,8 +255,9 @@ def simulate(key: jax.Array, sample_shape: tuple, params: dict, data: dict, conf
 def replicate(
     key: jax.Array, sample_shape: tuple, params: dict, data: dict, config: ModelConfig
 ) -> jax.Array:
-    """Posterior predictive replicates of the padded y (G, N_max) given the observed y: each group's SoR
-    conditional (:func:`bayes_rbfn.gp.sparse.replicates`) under its own factor; 0 at the padding.
+    """Posterior predictive replicates of the padded y (G, N_max) given the observed y; 0 at the padding.
+
+    Each group's SoR conditional (:func:`bayes_rbfn.gp.sparse.replicates`) under its own factor.
     """
     by_group = {k: params[k] for k in (*config.family.params, "noise")}
 
@@ -270,8 +274,9 @@ def replicate(
 
 @partial(jax.jit, static_argnames="config")
 def log_density(params: dict, data: dict, config: ModelConfig):
-    """log N(y_g | c_g, Q^(g) + σ_g² I) of each group g, shape (G,), one batched computation; -inf where a
-    group's factorisation fails.
+    """log N(y_g | c_g, Q^(g) + σ_g² I) of each group g, shape (G,), one batched computation.
+
+    -inf where a group's factorisation fails.
     """
     logp = _per_group(params, data, config, lambda f, *_: f.log_marginal_likelihood())
     return linalg.finite_or_neg_inf(logp)
@@ -297,8 +302,9 @@ def log_likelihood(params: dict, data: dict, config: ModelConfig):
 
 
 def predict(params: dict, data: dict, config: ModelConfig, X_test, group_test):
-    """Per-draw SoR moments at X_test, each point under its own group's hyperparameters and factor
-    (:func:`bayes_rbfn.gp.moments.weight_space_moments` with that group's weight posterior).
+    """Per-draw SoR moments at X_test, each point under its own group's hyperparameters and factor.
+
+    :func:`bayes_rbfn.gp.moments.weight_space_moments` with that group's weight posterior.
     """
     R, weights = _per_group(params, data, config, lambda f, *_: (f.weight_cov_factor(), f.weight_mean()))
     names = (*config.family.params, "noise")

@@ -72,8 +72,9 @@ class LayerRecord:
 
     @linalg.full_precision
     def predict(self, X_test: jax.Array, mean_test: Any = None) -> jax.Array:
-        """f* = m(x*) + K_*u α at (S, D) inputs, shape (S,); ``mean_test`` (S,) replaces m(x*), and is
-        needed when the mean was an array at X.
+        """f* = m(x*) + K_*u α at (S, D) inputs, shape (S,).
+
+        ``mean_test`` (S,) replaces m(x*), and is needed when the mean was an array at X.
         """
         if mean_test is None and not callable(self.mean) and jnp.ndim(self.mean) != 0:
             raise ValueError(
@@ -155,7 +156,8 @@ def rbfn(
     Args:
         name: the site of f; the whitened weights are ``{name}_v``, the weights ``{name}_alpha``.
         kernel: a :class:`~bayes_rbfn.gp.kernels.Kernel` (hyperparameters may be sample values).
-        X: (N, D) or (N,) inputs. Z: (M, D) or (M,) centres (inducing inputs).
+        X: (N, D) or (N,) inputs.
+        Z: (M, D) or (M,) centres (inducing inputs).
         mean: m(x): a number, an (N,) array or a callable of X.
         jitter: relative jitter on K_uu (default: the package's policy,
         :func:`bayes_rbfn.gp.linalg.cholesky`).
@@ -216,8 +218,11 @@ def predict_rbfn(
             hold ``{name}_alpha`` (..., M) and what ``make_kernel`` reads.
         make_kernel: one draw's values → the kernel, e.g.
             ``lambda s: SquaredExponential(lengthscale=s["lengthscale"], variance=s["variance"])``.
-        Z: the centres the model used. X_test: (S, D) or (S,). mean: m as in :func:`rbfn`, evaluated at
-            X_test (a number or a callable; a mean that varies per draw can be added to the result).
+        Z: the centres the model used.
+        X_test: (S, D) or (S,) test inputs.
+        name: the layer's site name, as given to :func:`rbfn` (the weights are ``{name}_alpha``).
+        mean: m as in :func:`rbfn`, evaluated at X_test (a number or a callable; a mean that varies per draw
+            can be added to the result).
         batch_size: draws per vectorised call.
     """
     key = f"{name}_alpha"

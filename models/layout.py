@@ -1,5 +1,6 @@
-"""How a model lays out its data, and how its posterior sites are labelled: the defaults of
-:class:`~bayes_rbfn.models.ModelSpec`'s ``prepare``, ``read_layout``, ``site_dims`` and
+"""How a model lays out its data, and how its posterior sites are labelled.
+
+The defaults of :class:`~bayes_rbfn.models.ModelSpec`'s ``prepare``, ``read_layout``, ``site_dims`` and
 ``is_hyperparameter``, and :class:`Layout`, what the drivers may know of a layout.
 
 A model whose data or sites differ (the grouped model's padded (G, N_max) layout) passes its own functions
@@ -90,10 +91,14 @@ def flat_layout(
     """The model's data dict {X (N, D), y (N,), y_offset, x_centre (D,), Z (M, D)} and :data:`FLAT`.
 
     Args:
-        X, y, Z: checked inputs, targets and inducing inputs (Z None for a model without them).
-        y_offset: the constant part of the prior mean (a number). constant_mean: unused here (a grouped
-            layout takes each group's own mean then).
-        group, group_pred, X_pred: must be None/unused: this layout has no groups.
+        X: (N, D) checked inputs.
+        y: (N,) checked targets.
+        Z: (M, D) checked inducing inputs, or None for a model without them.
+        y_offset: the constant part of the prior mean (a number).
+        constant_mean: unused here (a grouped layout takes each group's own mean then).
+        group: must be None: this layout has no groups.
+        group_pred: unused: this layout has no groups.
+        X_pred: unused: this layout has no groups.
 
     Returns:
         (data, :data:`FLAT`).
@@ -116,7 +121,8 @@ def no_layout(constant_data: Mapping[str, Any], predictions_constant_data: Mappi
     """The arguments of ``prepare`` a fit's stored data give besides X, y and Z: none for a flat layout.
 
     Args:
-        constant_data, predictions_constant_data: the fit's groups of that name.
+        constant_data: the fit's group of that name (unused).
+        predictions_constant_data: the fit's group of that name (unused).
 
     Returns:
         {} (a grouped layout returns its group codes).
@@ -129,8 +135,10 @@ def site_dims(name: str, shape: tuple[int, ...], sizes: Mapping[str, int]) -> li
     """ArviZ dims of a posterior site's per-draw ``shape``, or None (ArviZ's default names).
 
     Args:
-        name: the site. shape: its shape per draw. sizes: the fit's dimension sizes, from ``input_dim``
-            (D), ``inducing`` (M) and, for a grouped model, ``group`` (G).
+        name: the site.
+        shape: its shape per draw.
+        sizes: the fit's dimension sizes, from ``input_dim`` (D), ``inducing`` (M) and, for a grouped model,
+            ``group`` (G).
     """
     if not shape:
         return None
@@ -144,7 +152,8 @@ def site_dims(name: str, shape: tuple[int, ...], sizes: Mapping[str, int]) -> li
 
 
 def is_hyperparameter(name: str, dims: tuple[str, ...]) -> bool:
-    """Whether a posterior variable is a hyperparameter: not a weight (a variable along ``inducing``) nor the
-    raw variable of a non-centred parameterisation.
+    """Whether a posterior variable is a hyperparameter: not a weight nor a non-centred raw variable.
+
+    A weight is a variable along ``inducing``; a raw variable that of a non-centred parameterisation.
     """
     return not (name.endswith(_RAW_SUFFIXES) or "inducing" in dims)

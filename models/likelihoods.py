@@ -73,7 +73,7 @@ class Likelihood:
     observe: Callable[[jax.Array, Mapping[str, Any]], dist.Distribution]
     default_priors: Callable[[float], dict[str, dist.Distribution]]
     description: str
-    simulation_priors: Mapping[str, dist.Distribution] = field(default_factory=dict)
+    simulation_priors: Mapping[str, dist.Distribution] = field(default_factory=dict, compare=False)
     simulation_offset: float = 0.0
 
     @property
@@ -121,8 +121,9 @@ class Likelihood:
 
 
 def noise_prior(y_sd: float) -> dist.Distribution:
-    """The noise σ's default prior, LogNormal(log(0.2 sd(y)), 1), for every Gaussian model of the
-    collection and the Gaussian and Student-t likelihoods.
+    """The noise σ's default prior, LogNormal(log(0.2 sd(y)), 1).
+
+    For every Gaussian model of the collection and the Gaussian and Student-t likelihoods.
     """
     return dist.LogNormal(float(np.log(0.2 * y_sd)), 1.0)
 

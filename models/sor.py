@@ -77,8 +77,9 @@ def predict(params: dict, data: dict, config: ModelConfig, X_test, approx: str =
 
 
 def log_likelihood(params: dict, data: dict, config: ModelConfig, approx: str = "sor"):
-    """LOO conditionals log p(y_i | y_−i, θ) under the SoR marginal (or ``approx``'s), O(NM²); their CDFs
-    at y_i with ``config.loo_statistic = "pit"``.
+    """LOO conditionals log p(y_i | y_−i, θ) under the SoR marginal (or ``approx``'s), O(NM²).
+
+    Their CDFs at y_i with ``config.loo_statistic = "pit"``.
     """
     distribution = marginal(params, data, config, approx)
     if config.loo_statistic == "pit":

@@ -255,9 +255,14 @@ def augmented_sor_predict(
     augmented Nyström covariance reproduces k(x*, x*) and k(x*, X) exactly.
 
     Args:
-        factor: SoR's :class:`~bayes_rbfn.gp.linalg.Woodbury` for y. kernel: covariance function.
-        X: (N, D) training inputs. y: (N,) the centred targets ``factor`` was built for. Z: (M, D).
-        noise: σ. X_test: (S, D). point_batch: test points per vectorised step.
+        factor: SoR's :class:`~bayes_rbfn.gp.linalg.Woodbury` for y.
+        kernel: covariance function.
+        X: (N, D) training inputs.
+        y: (N,) the centred targets ``factor`` was built for.
+        Z: (M, D) inducing inputs.
+        noise: σ.
+        X_test: (S, D) test inputs.
+        point_batch: test points per vectorised step.
 
     Returns:
         :class:`~bayes_rbfn.gp.conditional.Gaussian` with ``mean`` (S,) and ``var`` (S,); no ``cov``: each

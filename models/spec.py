@@ -112,8 +112,10 @@ class ModelSpec:
     rank: int = 100
 
     def check_likelihood(self, likelihood: str) -> None:
-        """Raise a ``ValueError`` naming ``likelihood`` where the model does not take it: a model that
-        marginalises its weights takes only the Gaussian likelihood, the weight-space ``rbfn`` any.
+        """Raise a ``ValueError`` naming ``likelihood`` where the model does not take it.
+
+        A model that marginalises its weights takes only the Gaussian likelihood, the weight-space ``rbfn``
+        any.
         """
         if likelihood not in self.likelihoods:
             takes = " or ".join(map(repr, self.likelihoods))
@@ -124,8 +126,10 @@ class ModelSpec:
 
     @property
     def takes_linear_mean(self) -> bool:
-        """Whether the model takes ``mean="linear"``: not a grouped model (each group has its own constant
-        offset) nor one with its own family of hyperparameters (``blr``'s basis carries its own trend).
+        """Whether the model takes ``mean="linear"``: not a grouped model nor one with its own family.
+
+        A grouped model has its own constant offset per group; a model with its own family of
+        hyperparameters (``blr``'s basis) carries its own trend.
         """
         return not self.grouped and self.family is None
 

@@ -1,5 +1,6 @@
-"""``bayes-rbfn fit --dataset birthdays``: the Birthdays case study's model fitted to US births per day
-(:func:`bayes_rbfn.workflows.birthdays.fit_birthdays`), written to the usual output folder.
+"""``bayes-rbfn fit --dataset birthdays``: the Birthdays case study's model fitted to US births per day.
+
+The fit is :func:`bayes_rbfn.workflows.birthdays.fit_birthdays`'s, written to the usual output folder.
 
 The model is the collection's own (:mod:`bayes_rbfn.models.birthdays`), so the options that choose a model
 for other data (``--model``, ``--kernel``, ``--likelihood``, ``--mean``, ``--num-inducing``, the backtest
@@ -131,8 +132,9 @@ def summarise(plan: BirthdaysPlan, idata: Any) -> BirthdaysResults:
 
 
 def predictions_frame(idata: Any) -> Any:
-    """Per day: the date, births, and the posterior means of the fit and its components in relative births
-    (1 = the average day; the effects as departures from it).
+    """Per day: the date, births, and the posterior means of the fit and its components.
+
+    The means are in relative births (1 = the average day; the effects as departures from it).
     """
     import numpy as np
     import pandas as pd

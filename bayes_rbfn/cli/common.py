@@ -1,5 +1,6 @@
-"""What every subcommand shares: errors, the console, the subcommand table and the parser built from it,
-and the process settings of a command that computes.
+"""What every subcommand shares: errors, the console, the subcommand table, the parser, process settings.
+
+The parser is built from the subcommand table; the process settings are those of a command that computes.
 
 This layer is the only one in the package that prints. Progress and notes go to stderr, the final report to
 stdout. Raise :class:`UserError` (or :class:`~bayes_rbfn.io.reader.InputError`) for anything the user can
@@ -98,8 +99,9 @@ class Console:
         print(text, file=self.out, flush=True)
 
     def error(self, message: str) -> None:
-        """A one-line error message, always shown: line breaks in ``message`` (a library's or the system's
-        text, such as HDF5's) become spaces.
+        """A one-line error message, always shown.
+
+        Line breaks in ``message`` (a library's or the system's text, such as HDF5's) become spaces.
         """
         one_line = " ".join(part.strip() for part in message.strip().splitlines() if part.strip())
         print(f"{PROG}: error: {one_line}", file=self.err, flush=True)
@@ -171,9 +173,11 @@ def jax_backend_started() -> bool:
 
 
 def configure_jax() -> None:
-    """Process settings for a command that computes: float64, the persistent compilation cache (unless
-    one is configured already), and one BLAS thread (:func:`bayes_rbfn.runtime.limit_blas_threads`: the
-    chains already run one per core, and OpenBLAS's busy-waiting threads would compete with them).
+    """Process settings for a command that computes: float64, the compilation cache, one BLAS thread.
+
+    The persistent compilation cache is set unless one is configured already. One BLAS thread
+    (:func:`bayes_rbfn.runtime.limit_blas_threads`): the chains already run one per core, and OpenBLAS's
+    busy-waiting threads would compete with them.
 
     The host device count (one device per core, so chains run in parallel) is set earlier, by
     :func:`main`, because it must precede JAX's backend initialisation.
@@ -263,8 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def summary_table(summary: Any, limit: int = 20) -> tuple[str, int]:
-    """The hyperparameter summary as text (at most ``limit`` rows: population-level ones first), and the
-    number of rows left out.
+    """The hyperparameter summary as text, and the number of rows left out.
+
+    At most ``limit`` rows are shown, population-level ones first.
     """
     import numpy as np
 

@@ -1,5 +1,7 @@
-"""``bayes-rbfn compare``: fit several models to the same data and compare them (PSIS-LOO, held-out
-density, predictive bands), through :func:`bayes_rbfn.workflows.compare.compare_models`.
+"""``bayes-rbfn compare``: fit several models to the same data and compare them.
+
+The comparison (PSIS-LOO, held-out density, predictive bands) is
+:func:`bayes_rbfn.workflows.compare.compare_models`'s.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""``bayes-rbfn fit``: fit a model of the collection to a CSV file or a packaged data set and write the
-results folder.
+"""``bayes-rbfn fit``: fit a model of the collection to a CSV file or a packaged data set, write the results.
+
+The results go to one output folder.
 
 With no arguments it fits the main job's model (the DTC GP with a sampled linear mean and the trend + drift +
 medium-term + seasonal ``co2`` kernel, calibrated by backtest) to the packaged Mauna Loa CO2 record and
@@ -243,8 +244,9 @@ class FitPlan:
 
 
 def _model_for(args: argparse.Namespace, data: Dataset, notes: list[str]) -> tuple[Any, Any, str, Dataset]:
-    """(likelihood, spec, mean, data) of a fit: the options' or the data set's defaults, checked together;
-    grouped data that an ungrouped model fits are pooled (with a note).
+    """(likelihood, spec, mean, data) of a fit: the options' or the data set's defaults, checked together.
+
+    Grouped data that an ungrouped model fits are pooled (with a note).
     """
     from bayes_rbfn.models import get_model
     from bayes_rbfn.models.likelihoods import get_likelihood
@@ -394,8 +396,10 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
 
 
 def _load_test(args: argparse.Namespace, data: Dataset, likelihood: Any, notes: list[str]) -> Dataset | None:
-    """The held-out data of ``--test``, read as the data are (the same columns, ``--strict``, rows with
-    missing values dropped and counted in ``notes``), or None without ``--test``.
+    """The held-out data of ``--test``, read as the data are, or None without ``--test``.
+
+    Read with the same columns and ``--strict``; rows with missing values are dropped and counted in
+    ``notes``.
     """
     from bayes_rbfn.gp.validation import INPUT_SCALES, check_scale
     from bayes_rbfn.io.reader import read_xy_csv
@@ -505,9 +509,10 @@ def _run_fit(args: argparse.Namespace, console: Console) -> int:
 def _check_result_size(
     args: argparse.Namespace, data: Dataset, Z: Any, X_pred: np.ndarray, out: Path
 ) -> None:
-    """Refuse --draws/--chains whose draws cannot fit in memory or on the disk of --out (an estimate; on
-    the disk, the results and the checkpoint in OUT.partial, which is removed only after them, less what
-    an earlier run already saved there).
+    """Refuse --draws/--chains whose draws cannot fit in memory or on the disk of --out.
+
+    An estimate; on the disk, the results and the checkpoint in OUT.partial, which is removed only after
+    them, less what an earlier run already saved there.
     """
     from bayes_rbfn.infer.checkpoint import checkpoint_bytes
     from bayes_rbfn.infer.failures import check_result_size, estimated_params, result_bytes
@@ -661,8 +666,10 @@ def _saturated(plan: FitPlan, idata: Any) -> int:
 
 
 def _collapsed_points(plan: FitPlan, idata: Any) -> int:
-    """Prediction inputs where SoR/RBFN keep less than half the prior variance (posterior mean over at
-    most 200 draws); 0 for models whose predictive cannot collapse.
+    """Prediction inputs where SoR/RBFN keep less than half the prior variance.
+
+    The variance is the posterior mean over at most 200 draws; 0 for models whose predictive cannot
+    collapse.
     """
     from bayes_rbfn.infer.collapse import COLLAPSE_THRESHOLD, variance_collapse
     from bayes_rbfn.models import get_model

@@ -1,5 +1,4 @@
-"""The entry point, ``bayes-rbfn`` (also ``python -m bayes_rbfn``): parse, dispatch, turn errors into exit
-statuses.
+"""The entry point, ``bayes-rbfn`` (also ``python -m bayes_rbfn``): parse, dispatch, map errors to exit codes.
 
 Exit status: 0 on success, 2 for a user error (bad option, file, column or value; the message says what and
 where, with no traceback, and nothing is written), 74 when the system refuses to store a file (disk full,
@@ -47,8 +46,10 @@ __all__ = ["main"]
 
 
 def _scan_chains(argv: Sequence[str]) -> int:
-    """The value of ``--chains`` in ``argv`` (default if absent or malformed: argparse reports that); with
-    ``--resume DIR``, the value in the interrupted run's saved options, so that it gets the same devices.
+    """The value of ``--chains`` in ``argv`` (default if absent or malformed: argparse reports that).
+
+    With ``--resume DIR``, the value in the interrupted run's saved options, so that it gets the same
+    devices.
     """
     for i, arg in enumerate(argv):
         folder = None
@@ -78,11 +79,12 @@ def _scan_chains(argv: Sequence[str]) -> int:
 
 
 class _Signals:
-    """SIGINT and SIGTERM as one Ctrl-C: the first of them raises KeyboardInterrupt in the main thread and
-    sets both to be ignored, so that a repeated Ctrl-C (or a ``kill`` after it) can neither print a
-    traceback nor end the exit half-way. ``SIG_IGN``, not a Python handler: the interpreter resets its
-    own handlers to the default (killing the process) while it shuts down, but keeps an ignored signal
-    ignored.
+    """SIGINT and SIGTERM as one Ctrl-C.
+
+    The first of them raises KeyboardInterrupt in the main thread and sets both to be ignored, so that a
+    repeated Ctrl-C (or a ``kill`` after it) can neither print a traceback nor end the exit half-way.
+    ``SIG_IGN``, not a Python handler: the interpreter resets its own handlers to the default (killing the
+    process) while it shuts down, but keeps an ignored signal ignored.
     """
 
     def __init__(self) -> None:
@@ -110,8 +112,9 @@ class _Signals:
         return "terminated (SIGTERM)" + message.removeprefix("interrupted")
 
     def release(self, exiting: bool) -> None:
-        """Ignore both signals from now on when the process is ``exiting``, else restore the handlers
-        found (a caller from Python gets its own Ctrl-C back).
+        """Ignore both signals from now on when the process is ``exiting``, else restore the handlers found.
+
+        Restoring them gives a caller from Python its own Ctrl-C back.
         """
         for sig, handler in self.previous.items():
             signal.signal(sig, signal.SIG_IGN if exiting else (handler or signal.SIG_DFL))

@@ -1,5 +1,6 @@
-"""Option types and the option groups shared by the subcommands (data, kernel, sampler, output), and the
-data set an invocation names.
+"""Option types, the option groups shared by the subcommands, and the data set an invocation names.
+
+The shared option groups are data, kernel, sampler and output.
 
 Each option type turns a bad value into a one-line message naming the valid ones.
 """
@@ -75,8 +76,10 @@ DEFAULT_CHECKPOINT_EVERY = 50
 def number_option(
     convert: Callable[[str], Any], accept: Callable[[Any], bool], expected: str, must: str
 ) -> Callable[[str], Any]:
-    """An option type: ``convert`` the text (else "expected {expected}"), then ``accept`` the value (else
-    "must {must}"); both messages quote what was given.
+    """An option type: ``convert`` the text, then ``accept`` the value.
+
+    A failed conversion says "expected {expected}", a refused value "must {must}"; both messages quote
+    what was given.
     """
 
     def parse(text: str) -> Any:
@@ -160,8 +163,9 @@ def kernel_names() -> list[str]:
 
 
 def dataset_descriptions() -> dict[str, str]:
-    """The packaged data sets with their one-line descriptions, and the collection's case studies that
-    bring their own model (``birthdays``).
+    """The packaged data sets with their one-line descriptions, and the collection's case studies.
+
+    The case studies are those that bring their own model (``birthdays``).
     """
     return {**list_datasets(), **CASE_STUDIES}
 
@@ -346,8 +350,9 @@ def slug(name: str) -> str:
 
 
 def option_error(err: ValueError) -> UserError:
-    """A library error about an argument as the command line's error about its option:
-    ``"num_inducing 80 is more than ..."`` → ``"--num-inducing 80 is more than ..."``.
+    """A library error about an argument as the command line's error about its option.
+
+    For example ``"num_inducing 80 is more than ..."`` → ``"--num-inducing 80 is more than ..."``.
     """
     message = str(err)
     name, _, rest = message.partition(" ")

@@ -1,6 +1,8 @@
-"""The resume protocol of ``bayes-rbfn fit``: the checkpoint folder ``OUT.partial`` next to the output
-folder, the run record (the command line, so ``--resume`` reruns the very same options), and what Ctrl-C
-keeps. The sampler's own checkpoint files (state and draws) are :mod:`bayes_rbfn.infer.checkpoint`'s.
+"""The resume protocol of ``bayes-rbfn fit``: the checkpoint folder, the run record, what Ctrl-C keeps.
+
+The checkpoint folder is ``OUT.partial`` next to the output folder; the run record is the command line,
+so ``--resume`` reruns the very same options. The sampler's own checkpoint files (state and draws) are
+:mod:`bayes_rbfn.infer.checkpoint`'s.
 """
 
 from __future__ import annotations
@@ -40,17 +42,20 @@ RUN_FORMAT = "bayes_rbfn.fit-run"
 
 
 def partial_dir(out: Path) -> Path:
-    """The checkpoint folder of the output folder ``out``: ``out.partial`` next to it, where ``out`` is
-    taken with every symbolic link resolved (so a link and its target share one checkpoint folder, as
-    they share the lock of :func:`bayes_rbfn.io.output.output_lock`); an absolute path.
+    """The checkpoint folder of the output folder ``out``: ``out.partial`` next to it, an absolute path.
+
+    ``out`` is taken with every symbolic link resolved, so a link and its target share one checkpoint
+    folder, as they share the lock of :func:`bayes_rbfn.io.output.output_lock`.
     """
     out = Path(os.path.realpath(os.path.abspath(out)))
     return out.with_name(out.name + PARTIAL_SUFFIX)
 
 
 def saved_progress(partial: Path) -> Any:
-    """The checkpoint in ``partial`` (a :class:`~bayes_rbfn.infer.checkpoint.CheckpointInfo`), or None when
-    there is none that a run could continue from (no first checkpoint yet, or a corrupt one).
+    """The checkpoint in ``partial``, or None when there is none that a run could continue from.
+
+    A :class:`~bayes_rbfn.infer.checkpoint.CheckpointInfo`; None also when there is no first checkpoint
+    yet, or a corrupt one.
     """
     from bayes_rbfn.infer.checkpoint import CheckpointError, read_checkpoint
 
@@ -109,8 +114,9 @@ def start_partial(partial: Path, args: argparse.Namespace, out: Path) -> list[st
 
 
 def _relative(path: str | os.PathLike[str], base: Path) -> str:
-    """``path`` (symbolic links resolved) relative to the folder ``base``; absolute where no relative
-    path leads there (another drive).
+    """``path`` (symbolic links resolved) relative to the folder ``base``.
+
+    Absolute where no relative path leads there (another drive).
     """
     real = os.path.realpath(os.path.abspath(path))
     try:
@@ -120,9 +126,10 @@ def _relative(path: str | os.PathLike[str], base: Path) -> str:
 
 
 def failed(partial: Path, out: Path, resuming: bool, err: BaseException) -> BaseException | None:
-    """After a run failed (not Ctrl-C): keep a checkpoint that holds iterations, remove one that holds none
-    (so the same command can simply be run again), and turn a failed write into a :class:`StorageError`
-    that says what was kept. None: re-raise ``err`` as it is.
+    """After a run failed (not Ctrl-C): keep a checkpoint that holds iterations, remove one that holds none.
+
+    Removing an empty one lets the same command simply be run again. A failed write is turned into a
+    :class:`StorageError` that says what was kept. None: re-raise ``err`` as it is.
     """
     info = saved_progress(partial)
     if info is None and not resuming:
@@ -219,6 +226,7 @@ def resume_args(args: argparse.Namespace) -> tuple[Path, argparse.Namespace]:
 
 def check_resumable(partial: Path, folder: Path, out: Path, overwrite: bool) -> None:
     """Refuse to resume a checkpoint that cannot be continued, or into an output folder that is taken.
+
     Call it while holding the output folder's lock (no live run is writing ``partial``).
     """
     from bayes_rbfn.infer.checkpoint import CheckpointError, read_checkpoint

@@ -1,5 +1,6 @@
-"""``bayes-rbfn sbc``: simulation-based calibration of a model of the collection (ranks, χ² tests, ECDF
-plot), through :func:`bayes_rbfn.workflows.sbc.run_sbc`.
+"""``bayes-rbfn sbc``: simulation-based calibration of a model of the collection.
+
+Ranks, χ² tests and the ECDF plot, through :func:`bayes_rbfn.workflows.sbc.run_sbc`.
 """
 
 from __future__ import annotations
@@ -150,8 +151,9 @@ def _run_sbc(args: argparse.Namespace, console: Console) -> int:
 
 @contextlib.contextmanager
 def _atomic_sbc(out: Path, overwrite: bool) -> Iterator[Path]:
-    """The SBC files and report.txt, moved into ``out`` together (write_sbc's own folder is a subfolder
-    of this one's temporary folder, renamed into it).
+    """The SBC files and report.txt, moved into ``out`` together.
+
+    write_sbc's own folder is a subfolder of this one's temporary folder, renamed into it.
     """
     from bayes_rbfn.io.output import atomic_output_dir
 

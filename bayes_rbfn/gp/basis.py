@@ -1,5 +1,6 @@
-"""From a Gaussian process to an equivalent Bayesian linear regression
-(docs/mathematics.md#a-gp-as-bayesian-linear-regression).
+"""From a Gaussian process to an equivalent Bayesian linear regression.
+
+See docs/mathematics.md#a-gp-as-bayesian-linear-regression.
 
 A BLR ``f(x) = φ(x)ᵀ w`` with ``w ~ N(0, I)`` is the GP with covariance ``φ(x)ᵀ φ(x')``. Two ways to
 choose φ so that this covariance is (or approximates) a given kernel:
@@ -84,7 +85,8 @@ def regular_grid(lower: Any, upper: Any, num: int | tuple[int, ...]) -> jax.Arra
     """Centres on a regular Cartesian grid covering [lower, upper] (end points included).
 
     Args:
-        lower, upper: the box, scalars (1-D) or one value per dimension, shape (D,).
+        lower: the box's lower corner, a scalar (1-D) or one value per dimension, shape (D,).
+        upper: the box's upper corner, a scalar (1-D) or one value per dimension, shape (D,).
         num: points per dimension, an int or one per dimension (each ≥ 2).
 
     Returns:

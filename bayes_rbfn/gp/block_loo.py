@@ -58,9 +58,10 @@ LOO_LEVERAGE_FLOOR: dict[Any, float] = {jnp.dtype("float64"): 1e-4, jnp.dtype("f
 
 @jax.custom_batching.custom_vmap
 def _any_over_batch(flag: jax.Array) -> jax.Array:
-    """``jnp.any(flag)``; under ``vmap`` the any over the whole batch, an unbatched bool, so that a
-    ``lax.cond`` on it stays a branch (taken by every member) instead of a select that runs both branches
-    for every member. The argument must carry no gradient (``lax.stop_gradient``).
+    """``jnp.any(flag)``; under ``vmap`` the any over the whole batch, an unbatched bool.
+
+    Unbatched so that a ``lax.cond`` on it stays a branch (taken by every member) instead of a select that
+    runs both branches for every member. The argument must carry no gradient (``lax.stop_gradient``).
     """
     return jnp.any(flag)
 
@@ -71,7 +72,8 @@ def _any_over_batch_rule(axis_size: int, in_batched: list, flag: jax.Array) -> t
 
 
 def _r_factor(G: jax.Array) -> jax.Array:
-    """The (n, n) upper-triangular R of a Householder QR of G (k, n), zero rows appended when k < n:
+    """The (n, n) upper-triangular R of a Householder QR of G (k, n), zero rows appended when k < n.
+
     RᵀR = GᵀG, a square root of the information in G's rows, formed without forming GᵀG.
     """
     n = G.shape[-1]
@@ -105,8 +107,9 @@ def _leaf_loo(
     w_B: jax.Array,
     statistic: str = "log_density",
 ) -> jax.Array:
-    """LOO conditionals of the b points of one leaf block B given all others, from their square-root
-    information: ``R_pre``, ``R_suf`` (M+1, M+1) hold, in the row space of the augmented data rows
+    """LOO conditionals of the b points of one leaf block B given all others, from square-root information.
+
+    ``R_pre``, ``R_suf`` (M+1, M+1) hold, in the row space of the augmented data rows
     √ω_j [a_jᵀ, y_j], the points before and after B (whatever of the data is not in B). F_B (b, M) are
     the whitened rows a_jᵀ of B, y_B and w_B = ω_B (b,) their targets and weights (0: padding).
     """
@@ -141,8 +144,9 @@ def _leave_block_out_local(
     first,
     statistic: str = "log_density",
 ) -> jax.Array:
-    """One device's share of :func:`_leave_block_out_loo`: the LOO conditionals of its points, (rows,),
-    zero in chunks without a flagged point. ``layout`` = (blocks here, chunks per block, chunk length);
+    """One device's share of :func:`_leave_block_out_loo`: the LOO conditionals of its points, (rows,).
+
+    Zero in chunks without a flagged point. ``layout`` = (blocks here, chunks per block, chunk length);
     ``gather`` puts the per-block R of every device's blocks together in block order; ``first`` is the
     index of this device's first block.
     """
@@ -287,8 +291,10 @@ def _woodbury_loo_local(shared, X, y, w, n_blocks, per_block, C_eff, statistic="
 
 @functools.cache
 def _woodbury_loo_pass(mesh: Mesh | None, C: int, statistic: str = "log_density") -> Callable:
-    """``run(shared, X, y, w)`` of :func:`_woodbury_loo_local` over all of X's points, compiled once per
-    setting and shape (an eager :func:`sor_loo` then traces and compiles nothing the second time).
+    """``run(shared, X, y, w)`` of :func:`_woodbury_loo_local` over all of X's points.
+
+    Compiled once per setting and shape (an eager :func:`sor_loo` then traces and compiles nothing the
+    second time).
     """
 
     def run(shared, X, y, w):
@@ -356,9 +362,15 @@ def sor_loo(
     Args:
         factor: the :class:`~bayes_rbfn.gp.linalg.Woodbury` of C for y
             (:func:`~bayes_rbfn.gp.woodbury_sums.woodbury_factor`).
-        kernel, Z, X, y, d, mask: as given to :func:`~bayes_rbfn.gp.woodbury_sums.woodbury_factor`. Padded
-            points (``mask`` False) get the value 0.
-        chunk_size, mesh: as :func:`~bayes_rbfn.gp.woodbury_sums.woodbury_stats`.
+        kernel: the covariance function, as given to :func:`~bayes_rbfn.gp.woodbury_sums.woodbury_factor`.
+        Z: (M, D) inducing inputs, as given to ``woodbury_factor``.
+        X: (N, D) inputs, as given to ``woodbury_factor``.
+        y: (N,) targets, as given to ``woodbury_factor``.
+        d: the diagonal part of C, a scalar or (N,), as given to ``woodbury_factor``.
+        mask: (N,) booleans, False at padded points, which get the value 0 (as given to
+            ``woodbury_factor``).
+        chunk_size: data points per chunk, as :func:`~bayes_rbfn.gp.woodbury_sums.woodbury_stats`.
+        mesh: the device mesh of the streamed pass, as :func:`~bayes_rbfn.gp.woodbury_sums.woodbury_stats`.
         exact: whether flagged points take the leave-block-out pass. ``None`` (default): yes when called
             eagerly (the decision is then a concrete value, and the pass is compiled only when a point
             needs it); under ``jit`` (a traced decision) only with ``exact=True``, as a ``lax.cond``

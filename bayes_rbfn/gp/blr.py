@@ -271,7 +271,8 @@ def log_evidence(Phi: Any, t: Any, alpha: Any, beta: Any) -> jax.Array:
     Args:
         Phi: design matrix Φ, shape (N, M).
         t: targets, shape (N,).
-        alpha: prior precision α > 0. beta: noise precision β > 0.
+        alpha: prior precision α > 0.
+        beta: noise precision β > 0.
 
     Returns:
         The log evidence, a scalar.

@@ -94,10 +94,11 @@ _NOT_FACTORISED = (
 
 
 def raise_if_not_finite(result: Any, what: str, hint: str = _NOT_FACTORISED) -> None:
-    """Raise :class:`~bayes_rbfn.gp.linalg.FactorisationError` ``"{what}: {hint}"`` when a concrete leaf of
-    ``result`` (a pytree) is NaN or infinite: outside traced code a failed factorisation is an error
-    (docs/mathematics.md#numerics). Traced leaves are skipped (inside NUTS the log densities are guarded with
-    -inf instead).
+    """Raise :class:`~bayes_rbfn.gp.linalg.FactorisationError` when a concrete leaf of ``result`` is NaN/inf.
+
+    The message is ``"{what}: {hint}"``; ``result`` is a pytree. Outside traced code a failed factorisation
+    is an error (docs/mathematics.md#numerics). Traced leaves are skipped (inside NUTS the log densities are
+    guarded with -inf instead).
     """
     leaves = [x for x in jax.tree_util.tree_leaves(result) if not isinstance(x, jax.core.Tracer)]
     for leaf in leaves:
@@ -120,9 +121,13 @@ def condition_gaussian(
     factor of ``S_aa`` and triangular solves. Every formula in this module is an instance of it.
 
     Args:
-        S_aa: (N, N) covariance of the observed block. S_ab: (N, S). S_bb: (S, S), or (S,) its diagonal
-            when ``full_cov`` is False.
-        a: (N,) observed values. mean_a, mean_b: prior means (scalars or arrays).
+        S_aa: (N, N) covariance of the observed block.
+        S_ab: (N, S) cross-covariance of the observed and the conditioned block.
+        S_bb: (S, S) covariance of the conditioned block, or (S,) its diagonal when ``full_cov`` is False.
+        a: (N,) observed values.
+        mean_a: prior mean of a, a scalar or (N,).
+        mean_b: prior mean of b, a scalar or (S,).
+        full_cov: also return the (S, S) covariance (else only the variances).
     """
     S_aa, S_ab, S_bb, a = (jnp.asarray(v) for v in (S_aa, S_ab, S_bb, a))
     L = linalg.cholesky(S_aa, jitter=0.0)
@@ -189,8 +194,12 @@ def exact_replicates(
     is needed, only C's and the jittered K's (:func:`bayes_rbfn.gp.linalg.cholesky`).
 
     Args:
-        kernel: covariance function. X: (N, D). y: (N,) centred targets. noise: σ.
-        key: PRNG key. sample_shape: leading shape of the draws.
+        kernel: covariance function.
+        X: (N, D) inputs.
+        y: (N,) centred targets.
+        noise: σ, the noise standard deviation.
+        key: PRNG key.
+        sample_shape: leading shape of the draws.
 
     Returns:
         (*sample_shape, N) draws of y_rep − m.
@@ -242,8 +251,11 @@ def component_predict(
 
     Args:
         factor: the :class:`~bayes_rbfn.gp.linalg.Woodbury` of the additive network for y.
-        kernel: the :class:`~bayes_rbfn.gp.kernels.Additive` kernel. Z: its stacked inducing inputs (M, D).
-        X_test: (S, D). name: the component. full_cov: also return the (S, S) covariance.
+        kernel: the :class:`~bayes_rbfn.gp.kernels.Additive` kernel.
+        Z: (M, D) its stacked inducing inputs.
+        X_test: (S, D) test inputs.
+        name: the component.
+        full_cov: also return the (S, S) covariance.
     """
     if not isinstance(kernel, Additive):
         raise ValueError(
@@ -269,8 +281,9 @@ def sor_predict(
     mesh: Any = None,
     precision: str = "float64",
 ) -> Gaussian:
-    """Latent f* | y under SoR: f* = K_*u α with α | y Gaussian
-    (docs/mathematics.md#function-space-and-weight-space-agree; eq. (16) of [2]).
+    """Latent f* | y under SoR: f* = K_*u α with α | y Gaussian.
+
+    See docs/mathematics.md#function-space-and-weight-space-agree; eq. (16) of [2].
 
     mean = K_*u Σ K_uf D⁻¹ y, cov = K_*u Σ K_u* (:func:`bayes_rbfn.gp.moments.weight_space_moments`),
     Σ = (K_uu + K_uf D⁻¹ K_fu)⁻¹; without ``full_cov`` streamed over chunks of test points
@@ -287,10 +300,15 @@ def sor_predict(
 
     Args:
         factor: the :class:`~bayes_rbfn.gp.linalg.Woodbury` of Q_ff + diag(d) for y
-            (:func:`bayes_rbfn.gp.woodbury_sums.woodbury_factor`). kernel: covariance function. Z: (M, D).
-        X_test: (S, D). full_cov: also return the (S, S) covariance.
+            (:func:`bayes_rbfn.gp.woodbury_sums.woodbury_factor`).
+        kernel: covariance function.
+        Z: (M, D) inducing inputs.
+        X_test: (S, D) test inputs.
+        full_cov: also return the (S, S) covariance.
         exact_test_prior: K_** instead of Q_** at the test points (DTC, FITC, VFE).
-        chunk_size, mesh: the streamed pass's settings (:func:`bayes_rbfn.gp.woodbury_sums.woodbury_stats`).
+        chunk_size: test points per chunk of the streamed pass
+            (:func:`bayes_rbfn.gp.woodbury_sums.woodbury_stats`).
+        mesh: the device mesh of the streamed pass (:func:`bayes_rbfn.gp.woodbury_sums.woodbury_stats`).
         precision: ``"mixed"``: SoR's streamed moments (not ``full_cov``) in float32 chunks
             (:func:`bayes_rbfn.gp.moments.sor_moments`); the prior variance K_** − Q_** stays float64.
 
@@ -383,8 +401,9 @@ def check_kernel(kernel: Any, dim: int) -> None:
 def check_parameter_shape(
     kernel: Kernel, name: str, shape: tuple[int, ...], dim: int, hint: str = ""
 ) -> None:
-    """A lengthscale or period must be a scalar or one value per input dimension (``dim``); ValueError
-    naming the kernel, the hyperparameter and its shape otherwise (``hint`` appended).
+    """A lengthscale or period must be a scalar or one value per input dimension (``dim``).
+
+    Otherwise a ValueError naming the kernel, the hyperparameter and its shape (``hint`` appended).
     """
     if name in ("lengthscale", "period") and (
         len(shape) > 1 or (len(shape) == 1 and shape[0] not in (1, dim))
@@ -399,7 +418,11 @@ def exact_gp(kernel: Kernel, X: Any, y: Any, noise: Any, X_test: Any, full_cov: 
     """Exact GP predictive of the latent f* (noise excluded), eqs. (2.23)–(2.24) of [1].
 
     Args:
-        kernel: covariance function. X: (N, D) or (N,). y: (N,). noise: σ > 0. X_test: (S, D) or (S,).
+        kernel: covariance function.
+        X: (N, D) or (N,) inputs.
+        y: (N,) targets.
+        noise: σ > 0.
+        X_test: (S, D) or (S,) test inputs.
         full_cov: return the (S, S) covariance as well as the variances.
 
     Returns:
@@ -421,16 +444,22 @@ def sor(
     full_cov: bool = True,
     jitter: float | None = None,
 ) -> Gaussian:
-    """SoR (= Bayesian RBFN) predictive of the latent f*,
-    docs/mathematics.md#function-space-and-weight-space-agree.
+    """SoR (= Bayesian RBFN) predictive of the latent f*.
+
+    See docs/mathematics.md#function-space-and-weight-space-agree.
 
     Function space: ``N(Q_*f (Q_ff+σ²I)⁻¹ y, Q_** − Q_*f (Q_ff+σ²I)⁻¹ Q_f*)``; computed in weight space
     as f* = K_*u α, α | y ~ N(Σ K_uf y/σ², Σ), Σ = (K_uf K_fu/σ² + K_uu)⁻¹, in O(NM² + SM²) without any
     N×N matrix (:func:`bayes_rbfn.gp.woodbury_sums.sor_factor`, :func:`sor_predict`). Equation (16) of [2].
 
     Args:
-        kernel: covariance function. X: (N, D) or (N,). y: (N,). Z: (M, D) distinct inducing inputs.
-        noise: σ > 0. X_test: (S, D) or (S,). full_cov: also return the (S, S) covariance.
+        kernel: covariance function.
+        X: (N, D) or (N,) inputs.
+        y: (N,) targets.
+        Z: (M, D) distinct inducing inputs.
+        noise: σ > 0.
+        X_test: (S, D) or (S,) test inputs.
+        full_cov: also return the (S, S) covariance.
         jitter: relative jitter on K_uu (``None``: the policy of :mod:`bayes_rbfn.gp.linalg`).
     """
     X, y, noise, Z, X_test, jitter = check_regression_inputs(
@@ -444,8 +473,9 @@ def sor(
 
 @linalg.full_precision
 def rbfn_weights(kernel: Kernel, X: Any, y: Any, Z: Any, noise: Any, jitter: float | None = None) -> Gaussian:
-    """Posterior of the RBFN weights α | y ~ N(Σ K_uf y/σ², Σ), Σ = (K_uf K_fu/σ² + K_uu)⁻¹
-    (docs/mathematics.md#function-space-and-weight-space-agree).
+    """Posterior of the RBFN weights α | y ~ N(Σ K_uf y/σ², Σ), Σ = (K_uf K_fu/σ² + K_uu)⁻¹.
+
+    See docs/mathematics.md#function-space-and-weight-space-agree.
 
     The prior is α ~ N(0, K_uu⁻¹) and the likelihood y ~ N(K_fu α, σ²I); Σ = RᵀR from the SoR factor
     (:func:`bayes_rbfn.gp.woodbury_sums.sor_factor`). Returns ``mean`` (M,), ``cov`` (M, M) and ``var`` (M,).
@@ -503,9 +533,10 @@ def rbf_ridge(
 def log_marginal_likelihood(
     kernel: Kernel, X: Any, y: Any, noise: Any, Z: Any = None, jitter: float | None = None
 ) -> jax.Array:
-    """log p(y): exact GP ``log N(y | 0, K_ff + σ²I)`` when Z is None (eq. (2.30) of [1]), else SoR's
-    ``log N(y | 0, Q_ff + σ²I)`` in O(NM²) (eq. (17) of [2] with Λ = 0;
-    :func:`bayes_rbfn.gp.woodbury_sums.sor_factor`).
+    """log p(y): the exact GP's when Z is None, else SoR's in O(NM²).
+
+    Exact GP: ``log N(y | 0, K_ff + σ²I)`` (eq. (2.30) of [1]); SoR: ``log N(y | 0, Q_ff + σ²I)`` (eq. (17)
+    of [2] with Λ = 0; :func:`bayes_rbfn.gp.woodbury_sums.sor_factor`).
     """
     X, y, noise, Z, _, jitter = check_regression_inputs(X, y, noise, Z, kernel=kernel, jitter=jitter)
     if Z is None:
@@ -519,8 +550,9 @@ def log_marginal_likelihood(
 def loo_log_density(
     kernel: Kernel, X: Any, y: Any, noise: Any, Z: Any = None, jitter: float | None = None
 ) -> jax.Array:
-    """Leave-one-out conditionals log p(y_i | y_−i), shape (N,): exact GP when Z is None, else SoR in O(NM²)
-    (:func:`bayes_rbfn.gp.block_loo.sor_loo`).
+    """Leave-one-out conditionals log p(y_i | y_−i), shape (N,): exact GP when Z is None, else SoR.
+
+    SoR's in O(NM²) (:func:`bayes_rbfn.gp.block_loo.sor_loo`).
 
     These are what the models store as ``log_likelihood`` for PSIS-LOO (docs/output.md; [4]).
     """

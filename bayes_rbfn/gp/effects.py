@@ -150,9 +150,15 @@ def factor(
     """The Woodbury factor of C = Q_ff + D + τ² H Hᵀ for the centred y (the module docstring).
 
     Args:
-        kernel: covariance function. Z: (M, D) inducing inputs. X: (N, D) inputs. y: (N,) centred data.
-        d: the noise variance, scalar or (N,). Luu: (M, M) Cholesky factor of K_uu.
-        codes: (N,) int group codes 0 … G−1. num_groups: G. scale: τ, the effects' standard deviation.
+        kernel: covariance function.
+        Z: (M, D) inducing inputs.
+        X: (N, D) inputs.
+        y: (N,) centred data.
+        d: the noise variance, scalar or (N,).
+        Luu: (M, M) Cholesky factor of K_uu.
+        codes: (N,) int group codes 0 … G−1.
+        num_groups: G.
+        scale: τ, the effects' standard deviation.
         settings: the streamed pass's settings (``fast``, ``chunk_size``, ``mesh``, ``precision`` of
             :func:`bayes_rbfn.gp.woodbury_sums.woodbury_stats`).
 
@@ -194,8 +200,12 @@ def loo(
     :func:`bayes_rbfn.gp.linalg.loo_from_precision`.
 
     Args:
-        wood, terms: what :func:`factor` returned for y. y: (N,) the centred data. codes, num_groups: as
-            :func:`factor`. statistic: one of :data:`bayes_rbfn.gp.linalg.LOO_STATISTICS`.
+        wood: the :class:`~bayes_rbfn.gp.linalg.Woodbury` :func:`factor` returned for y.
+        terms: the :class:`GroupTerms` :func:`factor` returned for y.
+        y: (N,) the centred data.
+        codes: (N,) int group codes 0 … G−1, as :func:`factor`.
+        num_groups: G, as :func:`factor`.
+        statistic: one of :data:`bayes_rbfn.gp.linalg.LOO_STATISTICS`.
     """
     if statistic not in linalg.LOO_STATISTICS:
         raise ValueError(f"statistic: expected one of {linalg.LOO_STATISTICS}, got {statistic!r}")

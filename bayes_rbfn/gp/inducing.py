@@ -57,8 +57,9 @@ def periodic_centres(M: int, period: float, start: float = 0.0) -> np.ndarray:
 
 
 def kmeans_centres(X: np.ndarray, M: int, seed: int = 0, iterations: int = 50) -> np.ndarray:
-    """k-means centres of the distinct rows of X (N, D), each column scaled by its standard deviation
-    when D > 1; returns (M, D), distinct rows, in X's units.
+    """k-means centres of the distinct rows of X (N, D); returns (M, D), distinct rows, in X's units.
+
+    Each column is scaled by its standard deviation when D > 1.
     """
     points = _distinct(X)
     if M == points.shape[0]:

@@ -1,5 +1,6 @@
-"""Kernel interpolation, polyharmonic splines and the power function (Bindel;
-docs/mathematics.md#kernels-and-interpolation).
+"""Kernel interpolation, polyharmonic splines and the power function.
+
+After Bindel; see docs/mathematics.md#kernels-and-interpolation.
 
 Given data ``f_i = f(x_i)`` at distinct points X, the kernel interpolant is
 ``f̂(y) = Σ_i c_i k(y, x_i) [+ p(y)]``:
@@ -138,7 +139,8 @@ def polynomial_basis(X: Any, degree: int, shift: Any = 0.0, scale: Any = 1.0) ->
     Args:
         X: points, shape (N, D) or (N,).
         degree: the polynomial degree (≥ 0).
-        shift, scale: scalars or (D,) arrays defining the coordinates.
+        shift: the coordinates' origin, a scalar or (D,).
+        scale: the coordinates' unit, a scalar or (D,).
 
     Returns:
         P, shape (N, Q) with Q = C(D + degree, degree) columns, the constant first.

@@ -150,8 +150,9 @@ def _sqdist_jvp(primals: tuple, tangents: tuple) -> tuple[jax.Array, jax.Array]:
 
 
 def _real_parameter(cls_name: str, name: str, value: Any) -> np.ndarray:
-    """A concrete hyperparameter as a float array; ``ValueError`` naming it when it is not made of real
-    numbers (a string, a complex number, a bool, an object).
+    """A concrete hyperparameter as a float array; ``ValueError`` naming it when not made of real numbers.
+
+    Not real numbers: a string, a complex number, a bool, an object.
     """
     try:
         arr = np.asarray(value)
@@ -289,14 +290,16 @@ class Kernel:
         raise NotImplementedError
 
     def inducing_gram(self, Z: Any) -> jax.Array:
-        """K_uu, the prior covariance of the inducing values at Z, shape (M, M): k(Z, Z) (block-diagonal
-        for an :class:`Additive` kernel, whose components have their own inducing inputs).
+        """K_uu, the prior covariance of the inducing values at Z, shape (M, M): k(Z, Z).
+
+        Block-diagonal for an :class:`Additive` kernel, whose components have their own inducing inputs.
         """
         return self(Z, Z)
 
     def inducing_cross(self, Z: Any, X: Any) -> jax.Array:
-        """K_uf, the covariance of the inducing values at Z with f at X, shape (M, N): k(Z, X) (one block
-        of rows per component for an :class:`Additive` kernel).
+        """K_uf, the covariance of the inducing values at Z with f at X, shape (M, N): k(Z, X).
+
+        One block of rows per component for an :class:`Additive` kernel.
         """
         return self(Z, X)
 
@@ -415,9 +418,10 @@ class RationalQuadratic(Stationary):
 
     @classmethod
     def default_priors(cls, scales: DataScales) -> dict[str, dist.Distribution]:
-        """The stationary priors, and ``alpha`` ~ LogNormal(0, 1): its median at 1 and 95 % of its mass
-        between ~0.14 (long-tailed: correlations decay like a power of the distance) and ~7 (already close
-        to the squared exponential, the limit α → ∞).
+        """The stationary priors, and ``alpha`` ~ LogNormal(0, 1).
+
+        Its median is at 1 and 95 % of its mass between ~0.14 (long-tailed: correlations decay like a power
+        of the distance) and ~7 (already close to the squared exponential, the limit α → ∞).
         """
         return {**super().default_priors(scales), "alpha": dist.LogNormal(0.0, 1.0)}
 
@@ -461,8 +465,10 @@ class Periodic(Kernel):
 
     @classmethod
     def default_priors(cls, scales: DataScales) -> dict[str, dist.Distribution]:
-        """``lengthscale`` ~ LogNormal(0, 1) (relative to the period: the sine's argument has no units),
-        ``variance`` on the data's scale, ``period`` ~ LogNormal(log(range / 4), 1).
+        """``lengthscale`` ~ LogNormal(0, 1), ``variance`` on the data's scale, ``period`` ~ LogNormal.
+
+        The lengthscale is relative to the period (the sine's argument has no units); the period's prior is
+        LogNormal(log(range / 4), 1).
         """
         return {
             "lengthscale": dist.LogNormal(0.0, 1.0),
@@ -698,8 +704,9 @@ class ActiveDims(Kernel):
 
 
 class Categorical(WhiteNoise):
-    """k(x, x') = s² [x = x'] on a column of category codes: independent effects β_k ~ N(0, s²), one per
-    category, shared by every row of that category (day-of-week or day-of-year effects, say).
+    """k(x, x') = s² [x = x'] on a column of category codes: independent effects β_k ~ N(0, s²).
+
+    One effect per category, shared by every row of that category (day-of-week or day-of-year effects, say).
 
     The white-noise kernel read as a design: as a component of an :class:`Additive` kernel on a code
     column (``Categorical(s2).on_dims(j)``) with one inducing input at each code, K_uu = s² I and K_uf is

@@ -100,8 +100,9 @@ class FactorisationError(ValueError):
 
 
 def full_precision(fn: Callable) -> Callable:
-    """``fn`` with its matrix products traced at full precision, whatever the dtype: the package's one
-    precision policy, on every function that forms products of data-sized or M×M matrices.
+    """``fn`` with its matrix products traced at full precision, whatever the dtype.
+
+    The package's one precision policy, on every function that forms products of data-sized or M×M matrices.
 
     JAX's default lets a GPU round the inputs of float32 products to TF32 (a 10-bit mantissa); a CPU is not
     affected. On an H100 that made the mixed SoR log density wrong by ~1e-6 relative with well-separated
@@ -195,7 +196,8 @@ def loo_from_precision(
     :func:`bayes_rbfn.gp.block_loo.sor_loo`) is this formula.
 
     Args:
-        precision_diag: diag(C⁻¹), shape (N,). precision_y: C⁻¹y, shape (N,).
+        precision_diag: diag(C⁻¹), shape (N,).
+        precision_y: C⁻¹y, shape (N,).
         statistic: ``"log_density"``, or ``"pit"``: the probability integral transform Φ(z_i) of y_i under
             its conditional, z_i = (y_i − μ_−i)/σ_−i = [C⁻¹y]_i / √[C⁻¹]_ii (LOO-PIT, [5] §6.3); or
             ``"residual"``: y_i − μ_−i = [C⁻¹y]_i / [C⁻¹]_ii, the LOO residual (for LOO-R²).

@@ -45,8 +45,10 @@ def weight_space_moments(
 
     Args:
         R: (M, M) factor of the weights' posterior covariance
-            (:meth:`~bayes_rbfn.gp.linalg.Woodbury.weight_cov_factor`). weights: m, shape (M,).
-        Kus: (M, S) cross-covariances k(Z, X_test). full_cov: also return the (S, S) covariance.
+            (:meth:`~bayes_rbfn.gp.linalg.Woodbury.weight_cov_factor`).
+        weights: m, the weights' posterior mean, shape (M,).
+        Kus: (M, S) cross-covariances k(Z, X_test).
+        full_cov: also return the (S, S) covariance.
 
     Returns:
         (mean (S,), var (S,), cov (S, S) or None).
@@ -93,8 +95,10 @@ def sor_moments(
 
 @functools.cache
 def _moments_pass(mesh: Mesh | None, C: int, precision: str, dtype: Any) -> Callable:
-    """``run(shared, X, y, w)`` of :func:`sor_moments` (``shared`` = kernel, Z, R, m, centre), compiled once
-    per setting (an eager :func:`sor_moments` then traces and compiles nothing the second time).
+    """``run(shared, X, y, w)`` of :func:`sor_moments` (``shared`` = kernel, Z, R, m, centre).
+
+    Compiled once per setting (an eager :func:`sor_moments` then traces and compiles nothing the second
+    time).
     """
 
     def local(shared, X, y, w):
@@ -129,8 +133,12 @@ def nystrom_residual(
     rounding-level negative value must not reach FITC's noise diagonal. Memory O(MC).
 
     Args:
-        kernel: covariance function. Z: (M, D) inducing inputs. Luu: (M, M) Cholesky factor of K_uu.
-        X: (N, D) inputs. chunk_size, mesh: as :func:`~bayes_rbfn.gp.woodbury_sums.woodbury_stats`.
+        kernel: covariance function.
+        Z: (M, D) inducing inputs.
+        Luu: (M, M) Cholesky factor of K_uu.
+        X: (N, D) inputs.
+        chunk_size: data points per chunk, as :func:`~bayes_rbfn.gp.woodbury_sums.woodbury_stats`.
+        mesh: the device mesh of the streamed pass, as :func:`~bayes_rbfn.gp.woodbury_sums.woodbury_stats`.
     """
     C = chunk_size or streaming.chunk_size_for(Z.shape[0], Luu.dtype)
     W = woodbury_sums.whitening_matrix(Luu)
@@ -140,8 +148,9 @@ def nystrom_residual(
 
 @functools.cache
 def _residual_pass(mesh: Mesh | None, C: int) -> Callable:
-    """``run(shared, X, y, w)`` of :func:`nystrom_residual` (``shared`` = kernel, Z, L_uu⁻¹), compiled once
-    per setting.
+    """``run(shared, X, y, w)`` of :func:`nystrom_residual` (``shared`` = kernel, Z, L_uu⁻¹).
+
+    Compiled once per setting.
     """
 
     def local(shared, X, y, w):

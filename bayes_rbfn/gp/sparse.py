@@ -138,11 +138,19 @@ def training_factor(
     With one σ_i per point, σ² is the (N,) array of their squares throughout (D = diag(σ²)).
 
     Args:
-        approx: one of :data:`APPROXIMATIONS`. kernel: covariance function. X: (N, D). y: (N,) (centred).
-        Z: (M, D). noise: σ, a scalar or (N,). jitter: relative jitter on K_uu (``None``: the policy).
-        fast, chunk_size, mesh, precision: the streamed pass's settings
-            (:func:`bayes_rbfn.gp.woodbury_sums.woodbury_stats`). FITC's diagonal (its own pass) stays
-            float64.
+        approx: one of :data:`APPROXIMATIONS`.
+        kernel: covariance function.
+        X: (N, D) inputs.
+        y: (N,) targets (centred).
+        Z: (M, D) inducing inputs.
+        noise: σ, a scalar or (N,).
+        jitter: relative jitter on K_uu (``None``: the policy).
+        fast: take the products before whitening, a setting of the streamed pass
+            (:func:`bayes_rbfn.gp.woodbury_sums.woodbury_stats`).
+        chunk_size: data points per chunk of the streamed pass (``woodbury_stats``).
+        mesh: the device mesh of the streamed pass (``woodbury_stats``).
+        precision: ``"float64"`` or ``"mixed"``, the streamed pass's precision (``woodbury_stats``). FITC's
+            diagonal (its own pass) stays float64.
 
     Returns:
         (factor, d): the :class:`~bayes_rbfn.gp.linalg.Woodbury` and the diagonal d (scalar σ² or (N,) Λ).
@@ -174,7 +182,9 @@ def log_marginal(
     Args:
         approx: one of :data:`APPROXIMATIONS`.
         factor: from :func:`training_factor` for the same approximation.
-        kernel: covariance function. X: (N, D). noise: σ, a scalar or (N,) per point.
+        kernel: covariance function.
+        X: (N, D) inputs.
+        noise: σ, a scalar or (N,) per point.
     """
     value = factor.log_marginal_likelihood()
     if approx != "vfe":
@@ -225,13 +235,19 @@ def replicates(
     per point every σ² above is σ_i², point by point (C = Q_ff + diag(σ²)).
 
     Args:
-        approx: one of :data:`APPROXIMATIONS`. factor: :func:`training_factor`'s for the same ``approx``
-            and y. kernel: covariance function. X: (N, D). y: (N,) centred targets. Z: (M, D).
-            noise: σ, a scalar or (N,).
-        key: PRNG key. sample_shape: leading shape of the draws.
+        approx: one of :data:`APPROXIMATIONS`.
+        factor: :func:`training_factor`'s for the same ``approx`` and y.
+        kernel: covariance function.
+        X: (N, D) inputs.
+        y: (N,) centred targets.
+        Z: (M, D) inducing inputs.
+        noise: σ, a scalar or (N,).
+        key: PRNG key.
+        sample_shape: leading shape of the draws.
         residual: λ (N,) for FITC and VFE when the caller has it (FITC's :func:`training_factor` returns
             d = σ² + λ); else computed here (:func:`bayes_rbfn.gp.moments.nystrom_residual`).
-        chunk_size, mesh: the streamed pass's settings (λ's pass, for FITC and VFE).
+        chunk_size: data points per chunk of the streamed pass (λ's pass, for FITC and VFE).
+        mesh: the device mesh of the streamed pass (λ's pass, for FITC and VFE).
 
     Returns:
         (*sample_shape, N) draws of y_rep − m.
@@ -281,8 +297,10 @@ def _check_method(method: Any) -> str:
 
 
 def _predictive(method: str, doc: str) -> Callable[..., Gaussian]:
-    """The public, validated predictive of ``method``: checks, :func:`training_factor`, then
-    :func:`~bayes_rbfn.gp.conditional.sor_predict` with the exact K_** at the test points.
+    """The public, validated predictive of ``method``.
+
+    Checks, :func:`training_factor`, then :func:`~bayes_rbfn.gp.conditional.sor_predict` with the exact K_**
+    at the test points.
     """
 
     def predictive(
@@ -361,8 +379,13 @@ def log_marginal_likelihood(
       exact GP's log marginal likelihood, not itself a density over y.
 
     Args:
-        kernel: covariance function. X: (N, D) or (N,). y: (N,). Z: (M, D) distinct inducing inputs.
-        noise: σ > 0. method: ``"dtc"``, ``"fitc"`` or ``"vfe"``. jitter: relative jitter on K_uu.
+        kernel: covariance function.
+        X: (N, D) or (N,) inputs.
+        y: (N,) targets.
+        Z: (M, D) distinct inducing inputs.
+        noise: σ > 0.
+        method: ``"dtc"``, ``"fitc"`` or ``"vfe"``.
+        jitter: relative jitter on K_uu.
 
     Returns:
         A scalar.
@@ -417,7 +440,9 @@ def variance_lost(kernel: Kernel, Z: Any, X_test: Any, jitter: float | None = No
     kernel, Z and X_test, not on the data.
 
     Args:
-        kernel: covariance function. Z: (M, D) or (M,) distinct inducing inputs. X_test: (S, D) or (S,).
+        kernel: covariance function.
+        Z: (M, D) or (M,) distinct inducing inputs.
+        X_test: (S, D) or (S,) test inputs.
         jitter: relative jitter on K_uu (``None``: the policy of :mod:`bayes_rbfn.gp.linalg`).
     """
     Z, X_test, jitter = _prepare_diagnostic(kernel, Z, X_test, jitter)
@@ -441,7 +466,11 @@ def collapse_warning(
     stays silent otherwise.
 
     Args:
-        kernel, Z, X_test, jitter: as :func:`variance_lost`. threshold: in [0, 1).
+        kernel: covariance function, as :func:`variance_lost`.
+        Z: (M, D) or (M,) distinct inducing inputs, as :func:`variance_lost`.
+        X_test: (S, D) or (S,) test inputs, as :func:`variance_lost`.
+        threshold: the fraction of the prior variance lost that warns, in [0, 1).
+        jitter: relative jitter on K_uu, as :func:`variance_lost`.
 
     Returns:
         The fraction lost per test point, :func:`variance_lost`, shape (S,).

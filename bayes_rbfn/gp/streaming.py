@@ -57,11 +57,14 @@ __all__ = [
     "in_low_precision",
     "input_centre",
     "over_data",
+    "process_rows",
+    "replicated",
     "scan_blocks",
     "shard_data",
     "shifted",
     "stream",
     "summed_over_data",
+    "to_host",
     "varying_like",
     "zero_padded",
 ]
@@ -79,8 +82,10 @@ _ACCELERATOR_CHUNK_BYTES = 128 << 20
 
 
 def chunk_size_for(M: int, dtype: Any = jnp.float64) -> int:
-    """Default chunk length C for M inducing inputs, a power of two: C·M·itemsize ≈ 1 MiB within [256,
-    16384] where JAX computes on the CPU, ≈ 128 MiB within [4096, 2²⁰] on an accelerator.
+    """Default chunk length C for M inducing inputs, a power of two.
+
+    C·M·itemsize ≈ 1 MiB within [256, 16384] where JAX computes on the CPU, ≈ 128 MiB within [4096, 2²⁰] on
+    an accelerator.
     """
     cpu = jax.default_backend() == "cpu"
     budget, lo, hi = (_CHUNK_BYTES, 256, 16384) if cpu else (_ACCELERATOR_CHUNK_BYTES, 4096, 1 << 20)
@@ -101,8 +106,9 @@ def _split(a: jax.Array | None, C: int) -> tuple[Any, Any]:
 
 
 def varying_like(tree: Any, ref: jax.Array) -> Any:
-    """``tree`` marked as varying over the shard_map axes ``ref`` varies over (a scan's carry must have the
-    type of what the chunks add to it); unchanged outside shard_map.
+    """``tree`` marked as varying over the shard_map axes ``ref`` varies over; unchanged outside shard_map.
+
+    A scan's carry must have the type of what the chunks add to it.
     """
     axes = set(getattr(jax.typeof(ref), "vma", ()) or ())
     if not axes:
@@ -116,8 +122,10 @@ def varying_like(tree: Any, ref: jax.Array) -> Any:
 
 
 def stream(body: Callable, carry: Any, C: int, *arrays: Any) -> tuple[Any, Any]:
-    """Run ``body(carry, *chunk) → (carry, per_point)`` over chunks of C rows of ``arrays`` (a ``lax.scan``)
-    and then over the remaining rows; returns the final carry and the per-point outputs (N rows, or None).
+    """Run ``body(carry, *chunk) → (carry, per_point)`` over chunks of C rows of ``arrays``.
+
+    A ``lax.scan`` over the whole chunks, then the remaining rows; returns the final carry and the
+    per-point outputs (N rows, or None).
     """
     N = arrays[0].shape[0]
     carry = varying_like(carry, arrays[0])
@@ -191,9 +199,11 @@ def _round_up(n: int, k: int) -> int:
 
 
 def block_count(mesh: Mesh | None, N: int, C: int) -> tuple[int, int]:
-    """(devices, blocks) for N points in chunks of at most C: as many blocks as whole chunks fit in N,
-    rounded down to a power of two, between 1 and :data:`SUM_BLOCKS`; rounded up to a multiple of the
-    mesh's device count (then sharded sums are added in another order than one device's).
+    """(devices, blocks) for N points in chunks of at most C.
+
+    As many blocks as whole chunks fit in N, rounded down to a power of two, between 1 and
+    :data:`SUM_BLOCKS`; rounded up to a multiple of the mesh's device count (then sharded sums are added
+    in another order than one device's).
 
     A block never holds less than a chunk unless N does: 16 blocks of 63 points cost 1.4× the value and
     gradient of one block of 1,000 (M = 32; 1.6× at N = 4,000, 1.35× at 10⁴), the per-chunk work being too
@@ -216,8 +226,9 @@ def block_layout(N: int, C: int, n_blocks: int) -> tuple[int, int, int]:
 
 
 def scan_blocks(body: Callable, zero: Any, n_blocks: int, per_block: int, C: int, *arrays: Any):
-    """Per-block sums of ``body(carry, *chunk) → (carry, per_point)`` (leading axis ``n_blocks``) over
-    ``n_blocks·per_block`` chunks of C rows, and the per-point outputs (or None).
+    """Per-block sums of ``body(carry, *chunk) → (carry, per_point)``, and the per-point outputs (or None).
+
+    The sums have the leading axis ``n_blocks``, over ``n_blocks·per_block`` chunks of C rows.
     """
     zero = varying_like(zero, arrays[0])
     shaped = tuple(a.reshape(n_blocks, per_block, C, *a.shape[1:]) for a in arrays)
@@ -248,8 +259,9 @@ def zero_padded(a: jax.Array | None, rows: int) -> jax.Array | None:
 
 
 def summed_over_data(fn: Callable, mesh: Mesh | None, N: int, C: int) -> Callable:
-    """``run(shared, X, y, w) → (sums, per_point)`` over N points, in the fixed order of the blocks of
-    :func:`block_count`.
+    """``run(shared, X, y, w) → (sums, per_point)`` over N points, in the fixed order of the blocks.
+
+    The blocks are :func:`block_count`'s.
 
     ``fn(shared, X, y, w, n_blocks, per_block, C)`` returns per-block sums (leading axis n_blocks) and
     per-point outputs on its rows. The data are padded to the block layout; padded points get weight
@@ -310,8 +322,9 @@ def check_precision(precision: Any) -> str:
 
 
 def in_low_precision(tree: Any, precision: str) -> Any:
-    """``tree`` with its float64 leaves cast to float32 when ``precision`` is ``"mixed"`` (float32 leaves,
-    and everything under ``"float64"``, unchanged).
+    """``tree`` with its float64 leaves cast to float32 when ``precision`` is ``"mixed"``.
+
+    Float32 leaves, and everything under ``"float64"``, are unchanged.
     """
     if precision != "mixed":
         return tree
@@ -323,9 +336,11 @@ def in_low_precision(tree: Any, precision: str) -> Any:
 
 
 def _translation_invariant(kernel: Kernel) -> bool:
-    """Whether k(x + c, x' + c) = k(x, x') for every c, known from the kernel's type: the stationary, the
-    periodic and the constant kernels, a positive multiple or a column subset of one, and sums and products
-    of them (not the white-noise kernel: a shift, rounded, can make two inputs equal).
+    """Whether k(x + c, x' + c) = k(x, x') for every c, known from the kernel's type.
+
+    True for the stationary, the periodic and the constant kernels, a positive multiple or a column subset
+    of one, and sums and products of them (not the white-noise kernel: a shift, rounded, can make two
+    inputs equal).
     """
     if isinstance(kernel, kernels.Stationary | kernels.Periodic | kernels.Constant):
         return True
@@ -337,8 +352,9 @@ def _translation_invariant(kernel: Kernel) -> bool:
 
 
 def input_centre(kernel: Kernel, Z: jax.Array, precision: str) -> jax.Array | None:
-    """The point (D,) the inputs are shifted by, in float64, before they are cast to float32 under "mixed":
-    the mean of Z, for a translation-invariant kernel with float64 inputs (the rounding of an input is then
+    """The point (D,) the inputs are shifted by, in float64, before they are cast to float32 under "mixed".
+
+    The mean of Z, for a translation-invariant kernel with float64 inputs (the rounding of an input is then
     relative to the spread of the inputs, not to their distance from the origin: years, say); else None.
     """
     if precision != "mixed" or Z.dtype != jnp.float64 or not _translation_invariant(kernel):
@@ -359,6 +375,58 @@ def data_mesh(devices: Any = None) -> Mesh:
     """A 1-D mesh with axis ``"data"`` over ``devices`` (default: every device JAX sees, all hosts)."""
     devices = jax.devices() if devices is None else list(devices)
     return Mesh(np.asarray(devices), (DATA_AXIS,))
+
+
+def process_rows(local: Any, mesh: Mesh) -> jax.Array:
+    """The global array whose rows are every process's ``local`` rows, in process order.
+
+    Split along the mesh's data axis (:func:`jax.make_array_from_process_local_data`).
+
+    Every process must hold the same number of rows, a multiple of its number of devices in the mesh.
+
+    Args:
+        local: (n, …) this process's rows.
+        mesh: a mesh with a ``"data"`` axis over the devices of every process (:func:`data_mesh`).
+
+    Returns:
+        The (n · processes, …) global array, each device holding its own processes' rows.
+    """
+    local = np.asarray(local)
+    spec = P(DATA_AXIS, *([None] * (local.ndim - 1)))
+    return jax.make_array_from_process_local_data(NamedSharding(mesh, spec), local)
+
+
+def replicated(value: Any, mesh: Mesh) -> jax.Array:
+    """``value`` (the same in every process) placed whole on every device of the mesh.
+
+    Args:
+        value: an array, equal in every process.
+        mesh: the mesh.
+
+    Returns:
+        A global array replicated over the mesh.
+    """
+    value = np.asarray(value)
+    sharding = NamedSharding(mesh, P())
+    return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
+
+
+def to_host(value: Any) -> np.ndarray:
+    """A NumPy copy of ``value`` in this process: the whole array, even where it spans several processes.
+
+    A replicated array is copied from this process's copy, a sharded one gathered from every process.
+
+    Args:
+        value: a jax.Array (or anything :func:`numpy.asarray` takes).
+
+    Returns:
+        The array's value, whole.
+    """
+    if not isinstance(value, jax.Array) or value.is_fully_addressable or value.is_fully_replicated:
+        return np.asarray(value)
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(value, tiled=True))
 
 
 def shard_data(data: dict, mesh: Mesh, keys: tuple[str, ...] = ("X", "y")) -> dict:

@@ -1,5 +1,6 @@
-"""Checks on concrete user input at the public entry points (docs/mathematics.md#numerics: clear errors,
-never NaN).
+"""Checks on concrete user input at the public entry points: clear errors, never NaN.
+
+See docs/mathematics.md#numerics.
 
 Inside traced code (jit, vmap, NUTS) the values are tracers and these checks step aside; the log
 densities are then guarded with -inf instead (see :mod:`bayes_rbfn.gp.linalg`).
@@ -29,8 +30,16 @@ __all__ = [
 
 
 def is_concrete(*values: Any) -> bool:
-    """True when no value is a JAX tracer: its contents can be checked now (outside ``jit``/``grad``)."""
-    return not any(isinstance(v, jax.core.Tracer) for v in values)
+    """True when every value's contents can be read and checked now.
+
+    Not for a JAX tracer (inside ``jit``/``grad``), nor for a global array whose shards live in several
+    processes (its other processes' rows are not here).
+    """
+    return not any(
+        isinstance(v, jax.core.Tracer)
+        or (isinstance(v, jax.Array) and not (v.is_fully_addressable or v.is_fully_replicated))
+        for v in values
+    )
 
 
 def check_positive_int(value: Any, name: str) -> int:

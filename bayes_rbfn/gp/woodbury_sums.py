@@ -112,8 +112,9 @@ def _weight_mean(AAt: jax.Array, Ay: jax.Array, Luu: jax.Array) -> jax.Array:
 
 
 def _batched_like(a: jax.Array, ref: jax.Array) -> jax.Array:
-    """``a`` itself, but mapped wherever ``ref`` is mapped under ``jax.vmap`` (a select on a constant
-    ``True``, which XLA folds away).
+    """``a`` itself, but mapped wherever ``ref`` is mapped under ``jax.vmap``.
+
+    A select on a constant ``True``, which XLA folds away.
 
     The sums AAᵀ do not depend on y. Under a ``vmap`` over y alone (a batch of series sharing the kernel
     and the inputs) the custom VJP below would then have one unmapped and one mapped output, and JAX
@@ -341,7 +342,10 @@ def woodbury_stats(
     :func:`woodbury_factor` adds the residual sweep that the quadratic form needs at small noise.
 
     Args:
-        kernel: covariance function. Z: (M, D) inducing inputs. X: (N, D) inputs. y: (N,) targets.
+        kernel: covariance function.
+        Z: (M, D) inducing inputs.
+        X: (N, D) inputs.
+        y: (N,) targets.
         d: scalar (σ² for SoR/DTC) or (N,) diagonal part (FITC).
         Luu: (M, M) Cholesky factor of K_uu (see :func:`bayes_rbfn.gp.linalg.cholesky`).
         mask: (N,) booleans, False at padded points, which then add nothing to any sum.

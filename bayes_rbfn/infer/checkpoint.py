@@ -40,6 +40,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bayes_rbfn.gp.streaming import to_host
+from bayes_rbfn.infer.processes import writes_files
 from bayes_rbfn.io.output import atomic_write_bytes
 
 __all__ = [
@@ -78,13 +80,14 @@ class CheckpointInfo:
 
 
 def fingerprint(arrays: Any, settings: Mapping[str, Any]) -> dict:
-    """A record of a run: the SHA-256 of every array leaf of ``arrays`` (data and prior parameters, in
-    pytree order) and the JSON-able ``settings``. Two runs with equal fingerprints compute the same
-    thing.
+    """A record of a run: the SHA-256 of every array leaf of ``arrays`` and the JSON-able ``settings``.
+
+    The arrays are the data and prior parameters, in pytree order. Two runs with equal fingerprints compute
+    the same thing.
     """
     digest = hashlib.sha256()
     for leaf in jax.tree_util.tree_leaves(arrays):
-        a = np.ascontiguousarray(np.asarray(leaf))
+        a = np.ascontiguousarray(to_host(leaf))
         digest.update(str((a.dtype.str, a.shape)).encode())
         digest.update(a.tobytes())
     return {"inputs_sha256": digest.hexdigest(), **json.loads(json.dumps(dict(settings), sort_keys=True))}
@@ -96,11 +99,12 @@ FILE_OVERHEAD = 4096
 
 
 def checkpoint_bytes(*, chains: int, draws: int, warmup: int, params: int, chunk_size: int) -> int:
-    """Bytes on disk of a finished checkpoint folder, roughly from above: one chunk file per chunk that
-    holds kept iterations (``params`` values and the :data:`~bayes_rbfn.infer.sampler.STAT_FIELDS` per
-    draw and chain), two sampler states (the new one is written before the old one is removed; position,
-    momentum, gradient and up to four dense ``params × params`` matrices per chain) and the
-    manifest, each file with :data:`FILE_OVERHEAD`.
+    """Bytes on disk of a finished checkpoint folder, roughly from above.
+
+    One chunk file per chunk that holds kept iterations (``params`` values and the
+    :data:`~bayes_rbfn.infer.sampler.STAT_FIELDS` per draw and chain), two sampler states (the new one is
+    written before the old one is removed; position, momentum, gradient and up to four dense
+    ``params × params`` matrices per chain) and the manifest, each file with :data:`FILE_OVERHEAD`.
     """
     total = warmup + draws
     chunk_files = total // chunk_size - warmup // chunk_size + (1 if total % chunk_size else 0)
@@ -162,9 +166,9 @@ def _manifest_problem(record: Mapping[str, Any]) -> str:
 
 
 def _kept_from(record: Mapping[str, Any]) -> int | str:
-    """The first kept (post-warm-up) iteration of the run a manifest describes: ``total − draws + 1``,
-    from the draws per chain its fingerprint records; or a string saying why the manifest does not
-    tell.
+    """The first kept (post-warm-up) iteration of the run a manifest describes: ``total − draws + 1``.
+
+    ``draws`` is the draws per chain its fingerprint records; a string says why the manifest does not tell.
     """
     total, draws = record["total_iterations"], record["fingerprint"].get("draws")
     if isinstance(draws, bool) or not isinstance(draws, int) or not 1 <= draws <= total:
@@ -176,8 +180,9 @@ def _kept_from(record: Mapping[str, Any]) -> int | str:
 
 
 def _chunk_length(path: Path) -> int | None:
-    """Iterations in the chunk file ``path`` (the second axis of every array in it), or None when its
-    arrays disagree or it cannot be read.
+    """Iterations in the chunk file ``path``, or None when its arrays disagree or it cannot be read.
+
+    The iterations are the second axis of every array in it.
     """
     try:
         with np.load(path) as chunk:
@@ -188,8 +193,10 @@ def _chunk_length(path: Path) -> int | None:
 
 
 def _coverage_problem(folder: Path, files: Mapping[str, str], done: int, kept_from: int) -> str:
-    """What is wrong with the chunks a manifest lists, or "": together they must hold every kept
-    iteration from ``kept_from`` to ``done`` once, in order, and nothing else (files already hashed).
+    """What is wrong with the chunks a manifest lists, or "".
+
+    Together they must hold every kept iteration from ``kept_from`` to ``done`` once, in order, and
+    nothing else (files already hashed).
     """
     chunks = sorted((int(n[6:13]), n) for n in files if n.startswith("chunk-"))
     expected = kept_from  # the first iteration the next chunk must start with
@@ -334,13 +341,18 @@ class Checkpoint:
                     f"{', '.join(map(str, np.unique(np.asarray(counter))))})"
                 )
             self.files = dict(info.files)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        if writes_files():
+            self.folder.mkdir(parents=True, exist_ok=True)
         return done, state
 
     def save(self, done: int, state: Any, draws: Mapping[str, Any] | None) -> None:
-        """Record the state after ``done`` iterations and the kept ``draws`` of the chunk that ended there
-        (``{"z": {site: (chains, n, ...)}, stat: (chains, n)}``; None for a chunk of warm-up only).
+        """Record the state after ``done`` iterations and the kept ``draws`` of the chunk that ended there.
+
+        ``draws`` is ``{"z": {site: (chains, n, ...)}, stat: (chains, n)}``; None for a chunk of warm-up only.
+        In a run of several processes only process 0 writes (the others' states and draws are the same).
         """
+        if not writes_files():
+            return
         new_files: dict[str, str] = {}
         if draws is not None:
             name = f"chunk-{done:07d}.npz"
@@ -355,7 +367,13 @@ class Checkpoint:
             (self.folder / name).unlink(missing_ok=True)
 
     def draws(self) -> dict:
-        """Every saved chunk concatenated along the draw axis: ``{"z": {site: …}, stat: …}``."""
+        """Every saved chunk concatenated along the draw axis: ``{"z": {site: …}, stat: …}``.
+
+        A process that does not write (not process 0 of a multi-process run) reads the chunks process 0
+        listed in the manifest.
+        """
+        if not writes_files():
+            self.files = dict(read_checkpoint(self.folder).files)
         return _read_draws(self.folder, self.files)
 
 

@@ -59,8 +59,11 @@ def collapse_check(
 
     Args:
         config: the model's :class:`~bayes_rbfn.models.ModelConfig` (its family builds the kernel).
-        Z: (M, D) inducing inputs. params: draws {name: (chains, draws, ...)}, pinned values merged.
-        X_eval: (S, D) prediction inputs. model: name used in the warning. threshold: in [0, 1).
+        Z: (M, D) inducing inputs.
+        params: draws {name: (chains, draws, ...)}, pinned values merged.
+        X_eval: (S, D) prediction inputs.
+        model: name used in the warning.
+        threshold: share above which a point counts as collapsed, in [0, 1).
         warn: issue the warning (otherwise only compute).
 
     Returns:
@@ -113,9 +116,9 @@ def variance_collapse(
     Args:
         idata: InferenceData from :func:`bayes_rbfn.fit` of a (non-grouped) model with inducing inputs.
         X_test: (S, D) inputs (default: the fit's ``X_pred``).
-        threshold: share above which a point counts as collapsed. warn: issue a
-            :class:`~bayes_rbfn.gp.sparse.VarianceCollapseWarning` for collapsed points (default: when the
-            model is in :data:`VARIANCE_COLLAPSE_MODELS`, i.e. its predictive does collapse there).
+        threshold: share above which a point counts as collapsed.
+        warn: issue a :class:`~bayes_rbfn.gp.sparse.VarianceCollapseWarning` for collapsed points (default:
+            when the model is in :data:`VARIANCE_COLLAPSE_MODELS`, i.e. its predictive does collapse there).
 
     Returns:
         (S,) the share lost per point, in [0, 1]. Large values are harmless for dtc, fitc, vfe and asor,

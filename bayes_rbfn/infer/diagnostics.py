@@ -82,8 +82,9 @@ class ConvergenceReport:
 
 
 def check_convergence(idata: Any, var_names: list[str] | None = None) -> ConvergenceReport:
-    """Compute the worst r_hat / ESS over ``var_names`` (default: all posterior variables) and the
-    number of divergences in ``sample_stats``.
+    """Compute the worst r_hat / ESS over ``var_names`` and the number of divergences in ``sample_stats``.
+
+    ``var_names`` defaults to all posterior variables.
     """
     post = idata.posterior
     # Hyperparameters by default, not the RBFN layer's M weights (whitened ``*_v``, ``*_alpha``).
@@ -131,8 +132,9 @@ def warn_if_poor(report: ConvergenceReport) -> None:
 
 
 def posterior_summary(idata: Any, var_names: list[str]) -> Any:
-    """``az.summary`` of the posterior's ``var_names`` (a pandas DataFrame, unrounded), in the data's units
-    at any scale float64 holds.
+    """``az.summary`` of the posterior's ``var_names``, in the data's units at any scale float64 holds.
+
+    A pandas DataFrame, unrounded.
 
     ArviZ's Monte-Carlo standard error of the sd takes fourth powers of the draws, which overflow beyond
     ~1e77 (a kernel variance when the targets are ~1e50), leaving ``mcse_sd`` empty. So mean, sd and HDI

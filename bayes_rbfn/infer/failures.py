@@ -119,8 +119,10 @@ def explain_degenerate(problem: Any, jitter: float | None) -> DegenerateModelErr
 
 
 def _far_fixed_mean(problem: Any, y: np.ndarray, y_sd: float) -> str:
-    """The cause to report when the fixed prior mean (``mean=`` a number; ``--mean``) lies so far from the
-    targets that the likelihood of the centred targets cannot be finite; else ''.
+    """The cause to report when the fixed prior mean lies too far from the targets; else ''.
+
+    The fixed prior mean is ``mean=`` a number (``--mean``); too far: the likelihood of the centred targets
+    cannot be finite.
     """
     if problem.config.mean != "constant" or "y_offset" not in problem.data or y.size == 0:
         return ""
@@ -164,9 +166,11 @@ def check_finite(idata: Any) -> None:
 def result_bytes(
     *, chains: int, draws: int, params: int, N: int, S: int, replicates_per_chain: int | None
 ) -> int:
-    """Bytes of a fit's stored result, float64: per draw the parameters and sample statistics, the
-    predictive mean and variance at the S prediction inputs and N log-likelihood values, and the N-vector
-    replicates of the posterior predictive (``replicates_per_chain`` draws per chain; None: every draw).
+    """Bytes of a fit's stored result, float64.
+
+    Per draw the parameters and sample statistics, the predictive mean and variance at the S prediction
+    inputs and N log-likelihood values, and the N-vector replicates of the posterior predictive
+    (``replicates_per_chain`` draws per chain; None: every draw).
     """
     kept = draws if replicates_per_chain is None else min(draws, replicates_per_chain)
     per_draw = params + 12 + 2 * S + N
@@ -174,8 +178,10 @@ def result_bytes(
 
 
 def estimated_params(Z: Any, input_dim: int) -> int:
-    """Stored parameter values per draw, roughly: a weight per inducing input (the weight-space models; an
-    upper bound for the others), a lengthscale per input, and a few scalars.
+    """Stored parameter values per draw, roughly: weights, lengthscales and a few scalars.
+
+    A weight per inducing input (the weight-space models; an upper bound for the others), a lengthscale per
+    input, and a few scalars.
     """
     return (0 if Z is None else int(np.size(Z)) // max(input_dim, 1)) + input_dim + 10
 
@@ -190,8 +196,9 @@ def format_bytes(size: float) -> str:
 
 
 def check_result_size(need: int, available: int | None, *, what: str = "memory", where: str = "") -> None:
-    """Raise ValueError naming ``draws`` when ``_PEAK_COPIES × need`` bytes exceed ``available``
-    (None: unknown, accepted); ``what``/``where`` word the message ("disk space", "in /data").
+    """Raise ValueError naming ``draws`` when ``_PEAK_COPIES × need`` bytes exceed ``available``.
+
+    ``available`` None: unknown, accepted. ``what``/``where`` word the message ("disk space", "in /data").
     """
     peak = need * (_PEAK_COPIES if what == "memory" else 1)
     if available is not None and peak > available:

@@ -27,7 +27,7 @@ import numpyro.distributions as dist
 from bayes_rbfn.defaults import DEFAULT_NUM_INDUCING, INITS, MAP_SEARCH_POINTS
 from bayes_rbfn.defaults import default_num_inducing as num_inducing_for
 from bayes_rbfn.gp.inducing import select_inducing
-from bayes_rbfn.gp.streaming import check_precision
+from bayes_rbfn.gp.streaming import check_precision, to_host
 from bayes_rbfn.gp.validation import (
     INPUT_SCALES,
     TARGET_SCALES,
@@ -49,12 +49,13 @@ from bayes_rbfn.infer.failures import (
     result_bytes,
 )
 from bayes_rbfn.infer.predictive import draw_work, model_moments
+from bayes_rbfn.infer.processes import common_subsample, data_summary, spread_over_processes
 from bayes_rbfn.infer.programs import by_program
 from bayes_rbfn.infer.sampler import SamplerSettings, nuts_kernel, resolve_init, run_chains, sample_stats
 from bayes_rbfn.infer.schema import carry, kernel_kind, posterior_params, rebuild
 from bayes_rbfn.models import ModelConfig, ModelSpec, get_model, model_specs
 from bayes_rbfn.models.distributions import deferred_loo
-from bayes_rbfn.models.families import data_scales, get_family
+from bayes_rbfn.models.families import DataScales, data_scales, get_family
 from bayes_rbfn.models.layout import Layout
 from bayes_rbfn.models.likelihoods import Likelihood, get_likelihood
 from bayes_rbfn.runtime import available_memory, single_threaded_blas
@@ -77,8 +78,10 @@ __all__ = [
 
 
 def default_num_inducing(X: Any, samples_weights: bool = False) -> int:
-    """M for inputs X (N, D) when none is given: :func:`bayes_rbfn.defaults.default_num_inducing` (64 for
-    one input; with several, more where N is small), at most the distinct inputs.
+    """M for inputs X (N, D) when none is given, at most the distinct inputs.
+
+    :func:`bayes_rbfn.defaults.default_num_inducing`: 64 for one input; with several, more where N is
+    small.
     """
     X = np.asarray(X)
     X = X[:, None] if X.ndim == 1 else X
@@ -194,6 +197,10 @@ ONE_DRAW_PER_STEP = (1 << 17, 1 << 20)
 #: Elements of output (draws × values per draw) one call of :func:`_map_draws`'s program returns at most.
 MAX_OUTPUT_PER_CALL = 1 << 25
 
+#: Rows of the data, drawn from every process, from which a fit whose data are spread over processes
+#: chooses its inducing inputs (:func:`bayes_rbfn.infer.processes.common_subsample`).
+INDUCING_SUBSAMPLE = 20_000
+
 
 def _draws_per_step(per_draw_elements: int) -> int:
     """Draws :func:`_map_draws` evaluates side by side (``vmap``) in one step of its sequential map.
@@ -209,8 +216,9 @@ def _draws_per_step(per_draw_elements: int) -> int:
 def _map_draws(
     fn: Any, params: Mapping[str, Any], per_draw_elements: int, data: Any = None, values_per_draw: int = 1
 ) -> np.ndarray:
-    """Evaluate ``fn(draw_params, data)`` for every draw: a sequential map over the draws in one compiled
-    program (a few draws side by side per step where each is small, :func:`_draws_per_step`).
+    """Evaluate ``fn(draw_params, data)`` for every draw: a sequential map over the draws in one program.
+
+    A few draws go side by side per step where each is small (:func:`_draws_per_step`).
 
     ``data`` is an argument of the compiled function, not a constant folded into it: compiling does not grow
     with N and a refit on data of the same shapes reuses the program. The draws go in as few calls as keep
@@ -237,7 +245,7 @@ def _map_draws(
             part = jax.tree_util.tree_map(
                 lambda a, k=k: jnp.concatenate([a, jnp.repeat(a[-1:], batch - k, 0)]), part
             )
-        out.append(np.asarray(compiled(part, data))[:k])
+        out.append(to_host(compiled(part, data))[:k])
     result = np.concatenate(out, axis=0)
     return result.reshape(chains, draws, *result.shape[1:])
 
@@ -314,10 +322,11 @@ class GenerativeModel:
         return {**self.data, "y": None}, _numeric_values(self.config.priors)
 
     def subset_args(self, size: int, seed: int = 0) -> tuple[dict, dict] | None:
-        """:attr:`args` on a random subset of ``size`` observations (the first stage of the mode search on
-        a large data set: :func:`~bayes_rbfn.infer.sampler.laplace_start`), or None where the layout
-        cannot be cut that way (grouped, or sharded over devices) or ``size`` is not below the number of
-        observations.
+        """:attr:`args` on a random subset of ``size`` observations, or None where it cannot be cut so.
+
+        The subset is the first stage of the mode search on a large data set
+        (:func:`~bayes_rbfn.infer.sampler.laplace_start`). None where the layout cannot be cut that way
+        (grouped, or sharded over devices) or ``size`` is not below the number of observations.
 
         Only X and y are cut: the inducing inputs, the prior mean's offset and the inputs' centre stay
         those of the whole data set, so the subset's potential has the same parameters and meaning.
@@ -406,11 +415,31 @@ def build_model(
         fixed["noise"] = check_positive(noise, "noise")
     for name, value in fixed.items():
         fixed[name] = jnp.asarray(check_positive(value, f"fixed[{name!r}]") if np.ndim(value) == 0 else value)
-    scales = data_scales(X, y)
-    defaults = _default_priors(spec, family, lik, scales, mean_kind, offset)
-    resolved_priors = _resolve_priors(defaults, priors, fixed)
     shard, chains, chain_method = _mesh_for
     mesh = _data_mesh(shard, spec, chains, chain_method)
+    # A sharded fit takes the data's summaries from exactly rounded sums, which are the same numbers
+    # whether its rows are in this process or spread over several (bayes_rbfn.infer.processes).
+    summary = data_summary(X, y) if mesh is not None else None
+    spread = spread_over_processes(mesh)
+    X_inducing = X
+    if summary is None:
+        scales = data_scales(X, y)
+    else:
+        if spread and X_pred is None:
+            raise ValueError(
+                "X_pred: with the data spread over processes, give the prediction inputs (the same in "
+                "every process)"
+            )
+        if spread and (callable(mean) or (isinstance(mean, str) and mean == "linear")):
+            raise ValueError("mean: with the data spread over processes the prior mean is a constant")
+        width = summary.x_max - summary.x_min
+        scales = DataScales(np.where(width > 0, width, 1.0), summary.y_sd or 1.0, X.shape[1])
+        if isinstance(mean, str) and mean == "constant":
+            offset = summary.y_mean
+        if spread and Z is None:
+            X_inducing = common_subsample(X, INDUCING_SUBSAMPLE, seed)
+    defaults = _default_priors(spec, family, lik, scales, mean_kind, offset)
+    resolved_priors = _resolve_priors(defaults, priors, fixed)
     config = ModelConfig(
         family=family,
         priors=resolved_priors,
@@ -424,8 +453,12 @@ def build_model(
     )
     if spec.uses_inducing:
         if Z is None:
-            M = default_num_inducing(X, spec.samples_weights) if num_inducing is None else num_inducing
-            Z = select_inducing(X, M, method=inducing_method, seed=seed, kernel=family.fixed_kernel)
+            M = (
+                default_num_inducing(X_inducing, spec.samples_weights)
+                if num_inducing is None
+                else num_inducing
+            )
+            Z = select_inducing(X_inducing, M, method=inducing_method, seed=seed, kernel=family.fixed_kernel)
         if np.ndim(Z) == 3 and spec.grouped:
             Z = jnp.asarray(
                 np.stack([np.asarray(check_Z(z, X, f"Z[{g}]")) for g, z in enumerate(Z)]), X.dtype
@@ -447,7 +480,18 @@ def build_model(
         group_pred=group_pred,
         X_pred=X_pred,
     )
-    if mesh is not None:
+    if summary is not None:
+        data["x_centre"] = jnp.asarray(summary.x_mean, dtype=X.dtype)
+    if spread:
+        # Every process's rows as one global array; the rest, equal in every process, replicated.
+        from bayes_rbfn.gp.streaming import process_rows, replicated
+
+        data = {
+            **{k: replicated(v, mesh) for k, v in data.items() if k not in ("X", "y")},
+            "X": process_rows(X, mesh),
+            "y": process_rows(y, mesh),
+        }
+    elif mesh is not None:
         from bayes_rbfn.gp.streaming import shard_data
 
         data = shard_data(data, mesh)
@@ -470,9 +514,13 @@ def prior_predictive(
     """Prior predictive check: draws of the parameters and of y from the prior of the model :func:`fit` runs.
 
     Args:
-        model, X, y, **options: as :func:`build_model` (the model-defining arguments of :func:`fit`);
-            y is only the observed data the simulations are compared with (and sets the default priors).
-        num_samples: prior draws. seed: PRNG seed.
+        model: a model name or a :class:`~bayes_rbfn.models.ModelSpec`, as :func:`build_model`.
+        X: (N, D) or (N,) inputs, as :func:`build_model`.
+        y: (N,) targets: only the observed data the simulations are compared with (and it sets the default
+            priors).
+        num_samples: prior draws.
+        seed: PRNG seed.
+        **options: the other model-defining arguments of :func:`fit`, as :func:`build_model`.
 
     Returns:
         InferenceData with groups ``prior`` (the parameters), ``prior_predictive`` (y, dims obs) and
@@ -492,8 +540,10 @@ def prior_predictive(
 
 
 def _prior_draws(problem: GenerativeModel, num_samples: int, key: jax.Array) -> tuple[dict, np.ndarray]:
-    """Draws from the prior of ``problem``'s model: the parameters, {site: (1, num_samples, …)}, and y
-    simulated by the model's observed site, (1, num_samples, N) in the order of the observations.
+    """Draws from the prior of ``problem``'s model: the parameters and y simulated by its observed site.
+
+    The parameters as {site: (1, num_samples, …)}, y as (1, num_samples, N) in the order of the
+    observations.
 
     One program for all draws (NumPyro's ``Predictive`` under :func:`by_program`), kept for the next call
     with the same shapes.
@@ -505,15 +555,16 @@ def _prior_draws(problem: GenerativeModel, num_samples: int, key: jax.Array) -> 
 
     with single_threaded_blas():
         draws = by_program(simulate)(key, *problem.prior_args)
-    draws = {k: np.asarray(v)[None] for k, v in draws.items() if k not in problem.spec.unstored_sites}
+    draws = {k: to_host(v)[None] for k, v in draws.items() if k not in problem.spec.unstored_sites}
     y_sim = draws.pop("y")
     y_sim = problem.layout.to_observations(y_sim, batch_ndim=2)
     return draws, y_sim
 
 
 def _add_prior(idata: az.InferenceData, problem: GenerativeModel, num_samples: int, seed: int) -> None:
-    """Add the groups ``prior`` and ``prior_predictive`` of ``num_samples`` prior draws to a fit's
-    ``idata``, each parameter with the dimension names it has in ``posterior``.
+    """Add the groups ``prior`` and ``prior_predictive`` of ``num_samples`` prior draws to a fit's ``idata``.
+
+    Each parameter has the dimension names it has in ``posterior``.
     """
     # A key of its own, apart from the sampler's (seed) and the posterior predictive's (fold_in 1).
     key = jax.random.fold_in(jax.random.PRNGKey(seed), 2)
@@ -550,16 +601,18 @@ def fit(
     Args:
         model: a model name (:func:`bayes_rbfn.models.available_models`) or a
             :class:`~bayes_rbfn.models.ModelSpec`.
-        X: (N, D) or (N,) inputs. y: (N,) targets.
+        X: (N, D) or (N,) inputs.
+        y: (N,) targets.
         sampler: the NUTS settings as one :class:`~bayes_rbfn.infer.sampler.SamplerSettings`, or give its
             fields by name in ``options`` (``chains``, ``draws``, ``warmup``, ``seed``, ``target_accept``,
             ``dense_mass``, ``max_tree_depth``, ``init``, ``chain_method``, ``progress``, ``checkpoint``,
             ``chunk_size``), not both.
         shard: ``True`` or a :class:`jax.sharding.Mesh` with a ``"data"`` axis: split the ``sor`` model's
             O(NM²) pass over the devices (chains then run one after the other).
-        holdout_after, holdout: a backtest for one input: fit the points with x ≤ ``holdout_after`` (or
-            all but the last ``holdout`` fraction) and score the predictive on the rest
-            (:func:`backtest_scores` reads the scores).
+        holdout_after: a backtest for one input: fit the points with x ≤ ``holdout_after`` and score the
+            predictive on the rest (:func:`backtest_scores` reads the scores).
+        holdout: a backtest for one input: fit all but the last ``holdout`` fraction of the points (by x)
+            and score the predictive on the rest.
         check_diagnostics: warn (:class:`~bayes_rbfn.infer.diagnostics.ConvergenceWarning`) on poor
             r_hat, ESS or divergences.
         log_likelihood: store the LOO conditionals (N values per draw).
@@ -607,6 +660,8 @@ def fit(
     )
     spec, config, data, layout = problem.spec, problem.config, problem.data, problem.layout
     X, y, Z, X_pred = problem.X, problem.y, problem.Z, problem.X_pred
+    if spread_over_processes(config.mesh):  # every process's rows, for the per-observation groups
+        X, y = to_host(data["X"]), to_host(data["y"])
     _check_coords(coords, {"obs": X.shape[0], "input_dim": X.shape[1], "point": X_pred.shape[0]})
     need = result_bytes(
         chains=settings.chains,
@@ -665,8 +720,9 @@ _COLLAPSE_DRAWS = 200
 
 
 def _warn_if_collapsed(spec: ModelSpec, config: ModelConfig, Z: Any, samples: dict, X_pred: Any) -> None:
-    """Warn (VarianceCollapseWarning) when SoR/RBFN predictions at X_pred have lost most of the prior
-    variance (docs/mathematics.md#the-sor-family-and-its-variance-collapse), from a thinned set of draws.
+    """Warn (VarianceCollapseWarning) when SoR/RBFN predictions at X_pred have lost most prior variance.
+
+    See docs/mathematics.md#the-sor-family-and-its-variance-collapse; computed from a thinned set of draws.
     """
     from bayes_rbfn.infer.collapse import collapse_check
 
@@ -736,8 +792,9 @@ def _posterior_predictive(
     seed: int,
     per_chain: int | None,
 ) -> np.ndarray:
-    """Posterior predictive replicates y_rep ~ p(y_rep | y), (chains, kept draws, N), at (evenly thinned)
-    posterior draws: the model's own observed site, replicated given the data
+    """Posterior predictive replicates y_rep ~ p(y_rep | y), (chains, kept draws, N).
+
+    At (evenly thinned) posterior draws: the model's own observed site, replicated given the data
     (:func:`bayes_rbfn.infer.replicates.replicate_site`).
     """
     from bayes_rbfn.infer.replicates import replicate_site
@@ -763,7 +820,7 @@ def _posterior_predictive(
 
     with single_threaded_blas():
         key = jax.random.fold_in(jax.random.PRNGKey(seed), 1)
-        y_rep = np.asarray(by_program(replicate)(key, flat, data, prior_values))
+        y_rep = to_host(by_program(replicate)(key, flat, data, prior_values))
     y_rep = layout.to_observations(y_rep, batch_ndim=1)
     return y_rep.reshape(chains, kept, -1)
 
@@ -775,8 +832,10 @@ MIN_HOLDOUT_POINTS = 10
 def holdout_split(
     X: Any, y: Any, *, holdout_after: float | None = None, holdout: float | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(X_train, y_train, X_test, y_test): the points with x ≤ ``holdout_after``, or all but the last
-    ``holdout`` fraction by x, and the rest. One input column; at least 10 points on each side.
+    """(X_train, y_train, X_test, y_test): the training points, and the rest.
+
+    The training points are those with x ≤ ``holdout_after``, or all but the last ``holdout`` fraction by x.
+    One input column; at least 10 points on each side.
     """
     X = np.asarray(check_X(X, "X"))
     y = np.asarray(check_y(y, X.shape[0]))
@@ -805,8 +864,9 @@ def holdout_split(
 
 
 def _score_holdout(idata: az.InferenceData, X_test: np.ndarray, y_test: np.ndarray) -> None:
-    """Score the fit's predictive of y* at the held-out points (:func:`bayes_rbfn.infer.scores.score`); store
-    them and the scores in ``idata``.
+    """Score the fit's predictive of y* at the held-out points; store them and the scores in ``idata``.
+
+    The scores are :func:`bayes_rbfn.infer.scores.score`'s.
     """
     import xarray as xr
 

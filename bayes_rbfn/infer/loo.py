@@ -116,9 +116,11 @@ def loo_log_likelihood(
 
     Args:
         idata: InferenceData from ``az.from_numpyro`` with a ``posterior`` group.
-        model: the NumPyro model function; ``*args, **kwargs`` as passed to ``MCMC.run`` (with the data).
+        model: the NumPyro model function.
+        *args: the model's positional arguments, as passed to ``MCMC.run`` (with the data).
         site: the observed site whose distribution is a ``SparseGP`` or ``ExactGP``.
         batch_size: posterior draws evaluated at a time.
+        **kwargs: the model's keyword arguments, as passed to ``MCMC.run`` (with the data).
 
     Returns:
         ``idata``, with ``log_likelihood[site]`` of shape (chain, draw, N) (replaced if present).
@@ -161,8 +163,9 @@ def pit_weights(idata: Any, log_likelihood: np.ndarray) -> np.ndarray:
 
 
 def loo_r2(idata: Any, y: Any, log_likelihood: np.ndarray, residuals: np.ndarray) -> float:
-    """LOO-R² = 1 − Var(y − ŷ_loo) / Var(y), the share of the variance of y that the leave-one-out
-    predictive means explain ([5], the point estimate).
+    """LOO-R² = 1 − Var(y − ŷ_loo) / Var(y), the share of the variance of y the LOO predictive means explain.
+
+    ŷ_loo are the leave-one-out predictive means; the point estimate of [5].
 
     ŷ_loo,i = Σ_s w_is E[y_i | y_−i, θ_s] with the PSIS-LOO weights of :func:`pit_weights`.
 
@@ -194,8 +197,9 @@ def _stored_log_likelihood(idata: Any, site: str) -> np.ndarray | None:
 
 
 def _fit_pit_values(idata: Any) -> np.ndarray:
-    """The CDFs F(y_i | y_−i, θ_s) of a :func:`bayes_rbfn.fit` result, (chain, draw, N), in the order of
-    the observations.
+    """The CDFs F(y_i | y_−i, θ_s) of a :func:`bayes_rbfn.fit` result, (chain, draw, N).
+
+    In the order of the observations.
     """
     from bayes_rbfn.infer.fitting import pointwise_loo
     from bayes_rbfn.infer.predictive import draw_work
@@ -230,7 +234,10 @@ def loo_pit(
             :class:`~bayes_rbfn.ExactGP` (or a factorised continuous likelihood). Its PSIS weights come
             from ``idata.log_likelihood[site]`` when that holds the LOO conditionals
             (:func:`bayes_rbfn.loo_log_likelihood`), else they are computed.
-        site: the observed site. batch_size: posterior draws evaluated at a time (a model of one's own).
+        *args: the model's positional arguments, as given to ``MCMC.run`` (a model of one's own).
+        site: the observed site.
+        batch_size: posterior draws evaluated at a time (a model of one's own).
+        **kwargs: the model's keyword arguments, as given to ``MCMC.run`` (a model of one's own).
 
     Returns:
         (N,) PIT values in [0, 1], in the order of the observations.

@@ -93,7 +93,8 @@ class Predictive:
         """The summary of per-draw moments, mixed over draws by :func:`mixture_moments`.
 
         Args:
-            f_mean, f_var: per-draw latent moments, draws on the leading axes (…, S).
+            f_mean: per-draw latent means, draws on the leading axes (…, S).
+            f_var: per-draw latent variances, the shape of ``f_mean``.
             noise: σ per draw or per draw and point (see :func:`mixture_moments`), or None.
         """
         f_mean = np.asarray(f_mean, dtype=float)
@@ -168,10 +169,12 @@ def per_draw_moments(
     Args:
         predict_fn: per-draw traceable function.
         params: dict of arrays with leading (chains, draws) axes.
-        X_test: (S, D) test inputs. extra: arrays with leading S axis batched alongside X_test.
-        batch_size: test points per batch (``None``: all at once). draw_batch: draws per batch
-            (``None``: all at once). The last batch of each is padded to full size, so one compiled
-            program serves every call.
+        X_test: (S, D) test inputs.
+        batch_size: test points per batch (``None``: all at once). The last batch is padded to full size,
+            so one compiled program serves every call.
+        extra: arrays with leading S axis batched alongside X_test.
+        draw_batch: draws per batch (``None``: all at once). The last batch is padded to full size, as
+            the test points' are.
         data: when given, passed to ``predict_fn`` as its keyword ``data``: an argument of the compiled
             function rather than a constant folded into it (compiling does not grow with the data, and
             data of the same shapes reuse the compiled program).
@@ -228,8 +231,10 @@ def per_draw_moments(
 
 
 def draw_devices(config: Any) -> list[Any] | None:
-    """The devices :func:`per_draw_moments` spreads a model's draws over: every local device when there
-    are several and the model's pass is not already sharded over a mesh (``config.mesh``), else None.
+    """The devices :func:`per_draw_moments` spreads a model's draws over, or None.
+
+    Every local device when there are several and the model's pass is not already sharded over a mesh
+    (``config.mesh``), else None.
 
     On several GPUs this divides the predictive's time by their number; on a CPU host started with
     ``XLA_FLAGS=--xla_force_host_platform_device_count=k`` it runs k draw batches at once.
@@ -257,8 +262,9 @@ def model_moments(
     extra: tuple = (),
     batch_size: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per-draw moments ``spec.predict`` gives at X_test, batched for the model (used by ``fit`` and
-    :func:`predict`).
+    """Per-draw moments ``spec.predict`` gives at X_test, batched for the model.
+
+    Used by ``fit`` and :func:`predict`.
 
     A model whose ``predict`` streams gets all test points per call (:func:`streamed_batches`: each draw's
     O(NM²) factor once); any other gets ``batch_size`` (default :data:`DEFAULT_BATCH`) points per call and
@@ -313,10 +319,11 @@ COMPILED_KEPT = 16
 
 
 def predictor_key(spec: Any, config: Any) -> Hashable | None:
-    """What defines a model's per-draw predictive, by value: the model and every setting its ``predict``
-    reads (kernel family, pinned values, jitter, likelihood, prior mean, the pass's chunking, mesh and
-    precision);
-    the priors are not among them. None when a part cannot be hashed (nothing is then cached).
+    """What defines a model's per-draw predictive, by value; None when a part cannot be hashed.
+
+    The model and every setting its ``predict`` reads (kernel family, pinned values, jitter, likelihood,
+    prior mean, the pass's chunking, mesh and precision); the priors are not among them. With None nothing
+    is cached.
     """
     fixed = tuple(
         sorted(
@@ -376,7 +383,8 @@ def mixture_moments(
     """Mixture moments over draws by the law of total variance.
 
     Args:
-        f_mean, f_var: per-draw latent moments with draws on the leading axes (…, S).
+        f_mean: per-draw latent means with draws on the leading axes (…, S).
+        f_var: per-draw latent variances, the shape of ``f_mean``.
         noise: σ per draw (the leading axes of ``f_mean``) or per draw and point (the shape of
             ``f_mean``, e.g. a grouped model's per-group noise), or None.
 
@@ -406,8 +414,9 @@ def mixture_moments(
 
 
 def _mean_square_deviation(m: np.ndarray, mean: np.ndarray, rows: int = 256) -> np.ndarray:
-    """mean over rows of (m − mean)², as ``m.var(axis=0)`` but in blocks of rows (no temporary of m's size:
-    4,000 draws × 10,000 points is 320 MB per temporary).
+    """mean over rows of (m − mean)², as ``m.var(axis=0)`` but in blocks of rows.
+
+    No temporary of m's size: 4,000 draws × 10,000 points is 320 MB per temporary.
     """
     total = np.zeros_like(mean)
     for start in range(0, m.shape[0], rows):
@@ -428,9 +437,11 @@ def mixture_quantiles(
     ``f_var`` for intervals of a new observation y*.
 
     Args:
-        f_mean, f_var: per-draw moments with draws on the leading axes (…, S).
+        f_mean: per-draw means m_s with draws on the leading axes (…, S).
+        f_var: per-draw variances v_s, the shape of ``f_mean``.
         probs: (Q,) probabilities in (0, 1).
-        tol: relative width at which bisection stops. batch_size: points per batch (memory T × batch).
+        tol: relative width at which bisection stops.
+        batch_size: points per batch (memory T × batch).
 
     Returns:
         (Q, S) quantiles.
@@ -484,7 +495,8 @@ def predict(
 
     Args:
         idata: InferenceData from :func:`bayes_rbfn.fit` (or loaded from ``inference.nc``).
-        X_test: (S, D) or (S,) inputs. group: (S,) group codes for grouped models.
+        X_test: (S, D) or (S,) inputs.
+        group: (S,) group codes for grouped models.
         batch_size: test points per batch; ``None`` chooses: all of them for a model whose ``predict``
             streams (``sor``: each draw's factor computed once, draws batched within
             :data:`STREAM_BUDGET`), else :data:`DEFAULT_BATCH` (see :func:`model_moments`).
@@ -550,13 +562,15 @@ def predict_model(
         samples: posterior draws: a dict {site: (T, ...)} (``mcmc.get_samples()``) or an InferenceData with
             a ``posterior`` group (``az.from_numpyro``). Every latent sample site of the model needs draws.
         X_test: (S, D) or (S,) new inputs.
-        *args, **kwargs: the model's arguments *with the observed data* (as given to ``MCMC.run``).
+        *args: the model's positional arguments *with the observed data* (as given to ``MCMC.run``).
         site: the observed GP-marginal site, or the name of the rbfn layer.
         noise_site: for an rbfn layer under a Gaussian likelihood, the site holding σ (a scalar per draw),
             so that y* has a band; not taken for a GP marginal, whose σ is its own.
         mean_test: (S,) the prior mean at ``X_test``, needed when the model gave the mean as an array at X
             (a number or a callable is evaluated at ``X_test`` itself).
-        batch_size: test points per compiled call (``None``: all). draw_batch: draws per compiled call.
+        batch_size: test points per compiled call (``None``: all).
+        draw_batch: draws per compiled call.
+        **kwargs: the model's keyword arguments *with the observed data* (as given to ``MCMC.run``).
 
     Returns:
         A :class:`Predictive`: ``f_mean``, ``f_var`` with the draws on the leading axes, (T, S) from a dict
@@ -710,9 +724,10 @@ def _intervals(f_mean: Any, var_draws: Any, masses: Sequence[float]) -> dict:
 
 
 def band_of_y(idata: Any, masses: Sequence[float]) -> Band:
-    """A Gaussian likelihood's band of a new observation y* at the fit's ``X_pred``: central intervals are
-    quantiles of the mixture over draws of N(m_s, v_s + σ_s²) (:func:`mixture_quantiles`), the sds of f* and
-    y* its moments (:func:`mixture_moments`).
+    """A Gaussian likelihood's band of a new observation y* at the fit's ``X_pred``.
+
+    Central intervals are quantiles of the mixture over draws of N(m_s, v_s + σ_s²)
+    (:func:`mixture_quantiles`), the sds of f* and y* its moments (:func:`mixture_moments`).
 
     Args:
         idata: InferenceData of :func:`bayes_rbfn.fit` with its ``predictions`` group.
@@ -733,10 +748,11 @@ def band_of_y(idata: Any, masses: Sequence[float]) -> Band:
 
 
 def band_of_the_mean(idata: Any, masses: Sequence[float]) -> Band:
-    """A non-Gaussian likelihood's band of the mean of y given f at the fit's ``X_pred`` — the rate exp f,
-    the probability logistic f, or f itself for Student-t: quantiles over the draws, each draw's latent
-    being known given its weights (f_var = 0) — and the sd of a new observation y* by the law of total
-    variance, Var y* = E_s[Var(y | f_s)] + Var_s[E(y | f_s)].
+    """A non-Gaussian likelihood's band of the mean of y given f at the fit's ``X_pred``, and the sd of y*.
+
+    The mean of y given f is the rate exp f, the probability logistic f, or f itself for Student-t; its
+    band is quantiles over the draws, each draw's latent being known given its weights (f_var = 0). The sd
+    of a new observation y* is by the law of total variance, Var y* = E_s[Var(y | f_s)] + Var_s[E(y | f_s)].
     """
     from bayes_rbfn.infer.schema import rebuild
 

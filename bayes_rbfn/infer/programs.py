@@ -90,8 +90,9 @@ _NOT_KEPT = object()
 
 
 def _compiled(traced: Any, treedef: Any, avals: tuple) -> Any:
-    """The kept executable of ``traced``'s program, lowering and compiling (and keeping) it when there is
-    none; :data:`_NOT_KEPT` for a program with effects or host callbacks.
+    """The kept executable of ``traced``'s program; :data:`_NOT_KEPT` for one with effects or host callbacks.
+
+    When none is kept yet, the program is lowered and compiled, and the executable kept.
 
     The key holds the arguments' shapes and dtypes besides the program: an argument the program does not
     use is pruned from it, but the executable still checks its shape when called.
@@ -128,9 +129,10 @@ _JAX_PRNG_IMPLS = (jax_random.threefry_prng_impl, jax_random.rbg_prng_impl, jax_
 
 
 def _traced_key(traced: Any) -> tuple | object | None:
-    """("traced", digest) of the traced program (see the module docstring); None when its text names an
-    object by address (then the lowered text is the key); :data:`_NOT_KEPT` when lowering reads something
-    neither text shows (effects, a host callback).
+    """("traced", digest) of the traced program (see the module docstring), None, or :data:`_NOT_KEPT`.
+
+    None when its text names an object by address (then the lowered text is the key); :data:`_NOT_KEPT`
+    when lowering reads something neither text shows (effects, a host callback).
     """
     closed = traced.jaxpr
     if closed.effects:
@@ -159,9 +161,11 @@ def _traced_key(traced: Any) -> tuple | object | None:
 
 
 def _collect_arrays(jaxpr: Any, arrays: list, found: set[str]) -> None:
-    """Append to ``arrays``, in a fixed order, every array the printed ``jaxpr`` elides: non-scalar literals,
-    array-valued parameters and the constants of nested closed jaxprs. Adds "callable" to ``found`` for a
-    callable parameter lowering may read, "address" for a rule printed by its address.
+    """Append to ``arrays``, in a fixed order, every array the printed ``jaxpr`` elides.
+
+    Those are non-scalar literals, array-valued parameters and the constants of nested closed jaxprs. Adds
+    "callable" to ``found`` for a callable parameter lowering may read, "address" for a rule printed by its
+    address.
     """
     for eqn in jaxpr.eqns:
         for v in eqn.invars:
@@ -194,8 +198,10 @@ def _collect_param(value: Any, arrays: list, found: set[str], rules_not_lowered:
 
 
 def by_program(fn: Callable, static_argnums: Sequence[int] = ()) -> Callable:
-    """``jax.jit(fn, static_argnums=...)``, except that the compiled executable is looked up by the traced
-    program (see the module docstring): a new closure that traces to the same program reuses it.
+    """``jax.jit(fn, static_argnums=...)``, except that the executable is looked up by the traced program.
+
+    See the module docstring: a new closure that traces to the same program reuses the compiled
+    executable.
 
     Each call traces once per new argument signature (shapes, dtypes, pytree and static values) of the
     returned callable; calls with a signature seen before go straight to the executable.

@@ -113,10 +113,11 @@ def posterior_replicates(
         model: the NumPyro model function.
         samples: posterior draws, a dict {site: (S, ...)} (``mcmc.get_samples()``), or an InferenceData
             with a ``posterior`` group (``az.from_numpyro``), whose draws are then all used.
-        *args, **kwargs: the model's arguments *with the observed data* (as given to ``MCMC.run``).
+        *args: the model's positional arguments *with the observed data* (as given to ``MCMC.run``).
         seed: an int or a PRNG key.
         site: the observed site to replicate.
         batch_size: draws evaluated per compiled batch.
+        **kwargs: the model's keyword arguments *with the observed data* (as given to ``MCMC.run``).
 
     Returns:
         For a dict, an array (S, *event_shape) of replicates; for an InferenceData, the same object with

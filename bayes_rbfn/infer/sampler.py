@@ -46,10 +46,13 @@ from bayes_rbfn.runtime import single_threaded_blas
 __all__ = [
     "CHAIN_METHODS",
     "STAT_FIELDS",
+    "ProcessLostError",
     "SamplerSettings",
     "chain_advance",
     "chain_init",
+    "is_lost_process",
     "laplace_start",
+    "lost_process_message",
     "nuts_kernel",
     "one_device_method",
     "resolve_chain_method",
@@ -143,8 +146,10 @@ class SamplerSettings:
 
 
 def resolve_chain_method(chains: int, requested: str | None) -> str:
-    """The chain method a run uses: ``requested``; else one chain per device when there are enough
-    devices; else, on a CPU, one chain after the other, and on an accelerator all chains vectorised.
+    """The chain method a run uses: ``requested``, else one chosen by the devices.
+
+    One chain per device when there are enough devices; else, on a CPU, one chain after the other, and on
+    an accelerator all chains vectorised.
 
     On one CPU device vectorised chains are the slower: each step of the batch lasts as long as the
     longest of its trees, all of them evaluated, and the batched program compiles longer (measured:
@@ -159,8 +164,9 @@ def resolve_chain_method(chains: int, requested: str | None) -> str:
 
 
 def one_device_method() -> str:
-    """How independent chains share one device (:func:`resolve_chain_method`; SBC's replications too):
-    ``"sequential"`` on a CPU, ``"vectorized"`` on an accelerator.
+    """How independent chains share one device: ``"sequential"`` on a CPU, ``"vectorized"`` on an accelerator.
+
+    Used by :func:`resolve_chain_method`, and for SBC's replications too.
     """
     return "sequential" if jax.default_backend() == "cpu" else "vectorized"
 
@@ -192,9 +198,7 @@ SHORT_START_FACTOR = 4.0
 
 
 class _SearchEnd(NamedTuple):
-    """Where one optimiser of the mode search ended: u, the potential there and the Cholesky factor of the
-    Hessian there.
-    """
+    """Where one optimiser of the mode search ended: u, the potential and the Hessian's Cholesky factor."""
 
     u: jax.Array
     value: float
@@ -204,9 +208,11 @@ class _SearchEnd(NamedTuple):
 def _search_end(
     objective, gradient, model_args, start, start_value, method, maxiter, dtype, to_beat=np.inf
 ) -> _SearchEnd | str | None:
-    """One SciPy optimiser from ``start``; its end with the Hessian there (central differences of the
-    gradient, column by column, symmetrised), a string saying why the end is not a candidate mode, or
-    None when the end is no lower than ``to_beat`` (the best end so far: its Hessian is not needed).
+    """One SciPy optimiser from ``start``; its end with the Hessian there, a string saying why not, or None.
+
+    The Hessian comes from central differences of the gradient, column by column, symmetrised. The string
+    says why the end is not a candidate mode; None when the end is no lower than ``to_beat`` (the best end
+    so far: its Hessian is not needed).
     """
     from bayes_rbfn.gp import linalg
 
@@ -271,9 +277,11 @@ def laplace_start(
     ``model_args`` alone.
 
     Args:
-        model: NumPyro model. model_args: its positional arguments. seed: PRNG seed of the median start
-            the optimisers begin from. maxiter: iterations of each optimiser at most, in each stage.
-            search_args: the model's arguments for the first stage, or None for one stage.
+        model: NumPyro model.
+        model_args: its positional arguments.
+        seed: PRNG seed of the median start the optimisers begin from.
+        maxiter: iterations of each optimiser at most, in each stage.
+        search_args: the model's arguments for the first stage, or None for one stage.
 
     Returns:
         (values, inverse_mass_matrix): constrained values of the latent sites at the mode (for
@@ -308,8 +316,9 @@ def laplace_start(
         return value_and_gradient(u, args)[1]
 
     def lowest_end(args: tuple, starts: list[np.ndarray]) -> tuple[_SearchEnd | None, list[str]]:
-        """Every optimiser of :data:`MODE_SEARCHES` from each of ``starts`` on the potential given
-        ``args``: the lowest end that is a candidate mode, and why the others were not.
+        """Every optimiser of :data:`MODE_SEARCHES` from each of ``starts`` on the potential given ``args``.
+
+        Returns the lowest end that is a candidate mode, and why the others were not.
         """
 
         def objective(u: np.ndarray) -> tuple[float, np.ndarray]:
@@ -354,8 +363,10 @@ def laplace_start(
 
 
 def window_estimates_full_rank(num_params: int, warmup: int, dense: bool) -> bool:
-    """Whether every mass-matrix estimate of NumPyro's warm-up schedule comes from enough draws to be
-    positive definite unshrunk: more draws than parameters for a dense matrix, two for a diagonal one.
+    """Whether each mass-matrix estimate of NumPyro's warm-up has draws enough to be positive definite.
+
+    Positive definite unshrunk, from every estimate of the warm-up schedule: more draws than parameters for
+    a dense matrix, two for a diagonal one.
     """
     from numpyro.infer.hmc_util import build_adaptation_schedule
 
@@ -365,8 +376,9 @@ def window_estimates_full_rank(num_params: int, warmup: int, dense: bool) -> boo
 
 
 def sampled_size(model: Callable, model_args: tuple) -> int:
-    """How many unconstrained values NUTS samples in ``model``: the sizes of its latent sample sites, from
-    one abstract trace (``jax.eval_shape``: nothing is computed or compiled).
+    """How many unconstrained values NUTS samples in ``model``: the sizes of its latent sample sites.
+
+    From one abstract trace (``jax.eval_shape``: nothing is computed or compiled).
     """
     from numpyro import handlers
 
@@ -382,8 +394,9 @@ def sampled_size(model: Callable, model_args: tuple) -> int:
 
 
 def resolve_dense_mass(model: Callable, model_args: tuple, settings: SamplerSettings) -> bool:
-    """The settings' ``dense_mass``, or for None whether the model samples few enough values
-    (:data:`~bayes_rbfn.defaults.DENSE_MASS_MAX_PARAMS`).
+    """The settings' ``dense_mass``, or for None whether the model samples few enough values.
+
+    Few enough: at most :data:`~bayes_rbfn.defaults.DENSE_MASS_MAX_PARAMS`.
     """
     if settings.dense_mass is not None:
         return bool(settings.dense_mass)
@@ -391,9 +404,11 @@ def resolve_dense_mass(model: Callable, model_args: tuple, settings: SamplerSett
 
 
 def resolve_init(init: str, num_points: int | None) -> str:
-    """The start a run takes: ``init``, or for ``"auto"`` the mode (``"map"``) from
-    :data:`~bayes_rbfn.defaults.MAP_START_MIN_POINTS` data points on — where the warm-up gradients it
-    saves outweigh its compilation — and ``"median"`` below it or where the size is not given.
+    """The start a run takes: ``init``, or for ``"auto"`` the mode or the median by the data's size.
+
+    ``"auto"`` takes the mode (``"map"``) from :data:`~bayes_rbfn.defaults.MAP_START_MIN_POINTS` data points
+    on — where the warm-up gradients it saves outweigh its compilation — and ``"median"`` below it or where
+    the size is not given.
     """
     if init != "auto":
         return init
@@ -447,8 +462,9 @@ def nuts_kernel(
 
 
 def chain_init(kernel: Any, warmup: int) -> Callable[[jax.Array, tuple], Any]:
-    """``init(key, model_args)`` → the state of one chain before its first iteration (traceable: vmap it
-    over chains, or over SBC's data sets).
+    """``init(key, model_args)`` → the state of one chain before its first iteration.
+
+    Traceable: vmap it over chains, or over SBC's data sets.
     """
 
     def init(key: jax.Array, model_args: tuple) -> Any:
@@ -465,8 +481,10 @@ def _stat(state: Any, field: str) -> jax.Array:
 
 
 def chain_advance(kernel: Any, batched: bool = False) -> Callable[[Any, tuple, int], tuple[Any, dict]]:
-    """``advance(state, model_args, length)`` → (state after ``length`` NUTS iterations, what each
-    iteration left: ``{"z": {site: (length, ...)}, stat: (length,)}`` for the :data:`STAT_FIELDS`).
+    """``advance(state, model_args, length)`` → (state after ``length`` NUTS iterations, what each left).
+
+    What each iteration left: ``{"z": {site: (length, ...)}, stat: (length,)}`` for the
+    :data:`STAT_FIELDS`.
 
     With ``batched``, ``state`` and every array of ``model_args`` carry a leading axis of independent
     chains, each with its own data (SBC's replications), and what is left is ``(length, chains, ...)``:
@@ -580,9 +598,10 @@ def run_chains(
 
 
 def sample_stats(stats: dict) -> dict[str, np.ndarray]:
-    """:func:`run_chains`'s statistics under ArviZ's names for the ``sample_stats`` group: ``diverging``,
-    ``lp`` (minus the potential energy), ``acceptance_rate``, ``n_steps``, ``tree_depth``, ``energy``,
-    ``step_size``; each (chains, draws).
+    """:func:`run_chains`'s statistics under ArviZ's names for the ``sample_stats`` group.
+
+    ``diverging``, ``lp`` (minus the potential energy), ``acceptance_rate``, ``n_steps``, ``tree_depth``,
+    ``energy``, ``step_size``; each (chains, draws).
     """
     steps = np.asarray(stats["num_steps"])
     return {
@@ -620,16 +639,21 @@ def _run(init, advance, keys, model_args, settings, store=None, on_chunk=None) -
     try:
         while done < total:
             step = min(length, total - done)
-            state, chunk = advance(state, model_args, step)
-            first, done = done, done + step
-            keep = max(warmup - first, 0)  # warm-up iterations of this chunk are not kept
-            draws = None
-            if keep < step:
-                draws = jax.tree_util.tree_map(lambda a, k=keep: np.asarray(a)[:, k:], chunk)
-            if store is not None:
-                store.save(done, state, draws)
-            elif draws is not None:
-                kept.append(draws)
+            try:
+                state, chunk = advance(state, model_args, step)
+                keep = max(warmup - done, 0)  # warm-up iterations of this chunk are not kept
+                draws = None
+                if keep < step:
+                    draws = jax.tree_util.tree_map(lambda a, k=keep: np.asarray(a)[:, k:], chunk)
+                if store is not None:
+                    store.save(done + step, state, draws)
+                elif draws is not None:
+                    kept.append(draws)
+            except Exception as err:  # the chunk's computation or its transfer: a peer process may be gone
+                if jax.process_count() > 1 and is_lost_process(err):
+                    raise ProcessLostError(lost_process_message(err, store, done)) from err
+                raise
+            done += step
             if bar is not None:
                 bar.set_description("sample" if done > warmup else "warmup")
                 bar.update(step)
@@ -639,6 +663,10 @@ def _run(init, advance, keys, model_args, settings, store=None, on_chunk=None) -
         if bar is not None:
             bar.close()
     if store is not None:
+        if jax.process_count() > 1:  # process 0 writes the chunks the others read back
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices("bayes_rbfn checkpoint written")
         collected = store.draws()
         got = {np.shape(a)[1] for a in jax.tree_util.tree_leaves(collected)}
         if got != {settings.draws}:  # read_checkpoint's checks make this unreachable; never return fewer
@@ -647,6 +675,45 @@ def _run(init, advance, keys, model_args, settings, store=None, on_chunk=None) -
             )
         return collected
     return jax.tree_util.tree_map(lambda *parts: np.concatenate(parts, axis=1), *kept)
+
+
+class ProcessLostError(RuntimeError):
+    """Another process of a multi-process run stopped, so this one cannot go on."""
+
+
+#: What the collectives' errors say when a process of the run is gone (Gloo's closed connection, the
+#: coordination service's missed heartbeats).
+_LOST_PROCESS_SIGNS = ("gloo", "connection closed", "heartbeat", "coordination service", "unavailable")
+
+
+def is_lost_process(err: BaseException) -> bool:
+    """Whether ``err``, raised by a computation of a multi-process run, says a process is gone."""
+    text = str(err).lower()
+    return any(sign in text for sign in _LOST_PROCESS_SIGNS)
+
+
+def lost_process_message(err: BaseException, store: Checkpoint | None, done: int) -> str:
+    """The one-paragraph error of a run whose peer process stopped: what happened and how to go on.
+
+    Args:
+        err: the collective's error.
+        store: the run's checkpoint, or None.
+        done: the iterations done before the failed chunk.
+
+    Returns:
+        The message.
+    """
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    where = (
+        f"the checkpoint in {store.folder} holds the run up to its last saved chunk (iteration ≤ {done}): "
+        "start every process again with the same arguments to continue from it"
+        if store is not None
+        else "nothing was saved (give a checkpoint folder to be able to resume)"
+    )
+    return (
+        f"another process of the run stopped (process {jax.process_index()} of {jax.process_count()} saw "
+        f"its collectives fail: {first}); this process stops too. {where}"
+    )
 
 
 def _postprocess(kernel: Any, model_args: tuple, collected: dict) -> tuple[dict, dict]:

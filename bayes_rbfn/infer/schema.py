@@ -45,9 +45,10 @@ def carry(idata: Any, config: ModelConfig) -> None:
 
 
 def kernel_kind(family: Any) -> str:
-    """How a fit's kernel was given, stored as the attribute ``bayes_rbfn_kernel_kind``: ``"registered"``
-    (a name of :data:`FAMILIES`, rebuilt from the file), ``"kernel"`` (a kernel object, fixed) or
-    ``"family"`` (a :class:`KernelFamily` of one's own).
+    """How a fit's kernel was given, stored as the attribute ``bayes_rbfn_kernel_kind``.
+
+    ``"registered"`` (a name of :data:`FAMILIES`, rebuilt from the file), ``"kernel"`` (a kernel object,
+    fixed) or ``"family"`` (a :class:`KernelFamily` of one's own).
     """
     if FAMILIES.get(family.name) is family:
         return "registered"
@@ -84,9 +85,10 @@ def rebuild(idata: Any, *, kernel: Any = None, mean: Any = None) -> tuple[ModelS
 def rebuild_with_layout(
     idata: Any, *, kernel: Any = None, mean: Any = None
 ) -> tuple[ModelSpec, ModelConfig, dict, Layout, dict]:
-    """(spec, config, data, layout, params) of a fit: :func:`rebuild` and the data's
-    :class:`~bayes_rbfn.models.layout.Layout` (to put the model's per-observation values in the order of
-    the observations).
+    """(spec, config, data, layout, params) of a fit: :func:`rebuild` and the data's layout.
+
+    The :class:`~bayes_rbfn.models.layout.Layout` puts the model's per-observation values in the order of
+    the observations.
     """
     if not hasattr(idata, "posterior"):
         raise ValueError(
@@ -134,8 +136,9 @@ def rebuild_with_layout(
 
 
 def _family(spec: ModelSpec, attrs: Mapping[str, Any], carried: Mapping[str, Any], kernel: Any) -> Any:
-    """The fit's kernel family: ``kernel`` if given (checked against the stored name), else the model's own,
-    the carried one, or the registered family of the stored name.
+    """The fit's kernel family: ``kernel`` if given (checked against the stored name), else the fit's own.
+
+    The fit's own: the model's own, the carried one, or the registered family of the stored name.
     """
     name = str(attrs["bayes_rbfn_kernel"])
     if kernel is not None:
@@ -181,9 +184,10 @@ def _mean(attrs: Mapping[str, Any], carried: Mapping[str, Any], mean: Any) -> An
 
 
 def hyperparameter_names(idata: Any) -> list[str]:
-    """Posterior variables that are hyperparameters, as the fit's model tells them
-    (``ModelSpec.is_hyperparameter``: not RBF weights, not the raw variables of a non-centred
-    parameterisation).
+    """Posterior variables that are hyperparameters, as the fit's model tells them.
+
+    ``ModelSpec.is_hyperparameter``: not RBF weights, not the raw variables of a non-centred
+    parameterisation.
     """
     spec = get_model(str(idata.posterior.attrs["bayes_rbfn_model"]))
     post = idata.posterior

@@ -77,7 +77,9 @@ def crps_mixture(means: Any, sds: Any, y: Any) -> np.ndarray:
     """Exact CRPS of the equal-weight Gaussian mixture Σ_s N(means[s], sds[s]²)/T at each of S points.
 
     Args:
-        means, sds: (T, S) component means and standard deviations (> 0). y: (S,) observations.
+        means: (T, S) component means.
+        sds: (T, S) component standard deviations (> 0).
+        y: (S,) observations.
     """
     import scoringrules
 
@@ -100,7 +102,9 @@ def score_forecast(
     """Every score of the mixture predictive Σ_s N(means[s], sds[s]²)/T against held-out y, averaged.
 
     Args:
-        means, sds: (T, S) per-draw moments of y* (the noise included in ``sds``). y: (S,) held-out values.
+        means: (T, S) per-draw means of y*.
+        sds: (T, S) per-draw standard deviations of y* (the noise included).
+        y: (S,) held-out values.
         levels: the central bands to score.
 
     Returns:
@@ -151,10 +155,14 @@ def score(
     Args:
         idata: InferenceData of :func:`bayes_rbfn.fit` (or read from its ``inference.nc``), Gaussian
             likelihood.
-        X_test: (S, D) or (S,) held-out inputs. y_test: (S,) the values observed at them.
+        X_test: (S, D) or (S,) held-out inputs.
+        y_test: (S,) the values observed at them.
         group: (S,) group codes of the test points, for the grouped model.
         levels: the central bands to score (default 50%, 80%, 95%).
-        kernel, mean: as :func:`bayes_rbfn.predict`, for a fit whose file cannot rebuild them.
+        kernel: the ``kernel`` the fit was given, as :func:`bayes_rbfn.predict`, for a fit whose file cannot
+            rebuild it.
+        mean: the callable ``mean`` the fit was given, as :func:`bayes_rbfn.predict`, for a fit whose file
+            cannot rebuild it.
 
     Returns:
         {``n``, ``rmse``, ``mae``, ``crps``, ``lpd``, ``coverage_L``, ``interval_score_L``} as

@@ -20,8 +20,9 @@ __all__ = ["write_inference_data"]
 
 
 def write_inference_data(idata: Any, path: str | os.PathLike[str]) -> None:
-    """Write the InferenceData ``idata`` to the netCDF file ``path``: the file ArviZ's ``to_netcdf`` writes
-    (its attributes at the root, a netCDF group per ArviZ group, every numeric variable zlib-compressed),
+    """Write the InferenceData ``idata`` to the netCDF file ``path``: the file ArviZ's ``to_netcdf`` writes.
+
+    Its attributes at the root, a netCDF group per ArviZ group, every numeric variable zlib-compressed;
     built in memory first (memory of the file's size, for a moment) and then written out.
 
     Raises:

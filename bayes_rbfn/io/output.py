@@ -1,5 +1,6 @@
-"""Atomic output folders and files (docs/output.md: an interrupted or failed run leaves no half-written
-result).
+"""Atomic output folders and files: an interrupted or failed run leaves no half-written result.
+
+See docs/output.md.
 
 The CLI writes every result file into a hidden temporary folder next to the requested one and moves it
 into place only when everything has been written::
@@ -189,8 +190,9 @@ def foreign_entries(out: str | os.PathLike[str], limit: int | None = None) -> li
 
 
 def _listed(out: Path) -> set[str] | None:
-    """The paths the marker of ``out`` lists, with every folder above them; None for a marker that lists
-    none (an older version's); an empty set without a readable marker.
+    """The paths the marker of ``out`` lists, with every folder above them.
+
+    None for a marker that lists none (an older version's); an empty set without a readable marker.
     """
     try:
         record = json.loads((out / MARKER).read_text(encoding="utf-8"))

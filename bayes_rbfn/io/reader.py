@@ -318,9 +318,10 @@ def _read_stream(path: Path, message: str, on_wait: Callable[[str], None] | None
 
 
 def _utf16_without_bom(data: bytes) -> str | None:
-    """The byte order, ``"little-endian"`` or ``"big-endian"``, when the start of ``data`` reads as UTF-16
-    text of mostly ASCII characters without a byte-order mark (a NUL byte every other byte, the others
-    hardly ever); else None.
+    """The byte order, ``"little-endian"`` or ``"big-endian"``, when ``data`` reads as UTF-16; else None.
+
+    When the start of ``data`` reads as UTF-16 text of mostly ASCII characters without a byte-order mark
+    (a NUL byte every other byte, the others hardly ever).
     """
     sample = data[: 2 * (min(len(data), _UTF16_SNIFF_BYTES) // 2)]
     pairs = len(sample) // 2
@@ -452,9 +453,11 @@ def _parse(path: Path, text: str) -> _Table:
 def _choose_delimiter(
     path: Path, line_number: int, header_line: str, sample: list[str]
 ) -> tuple[str, list[str]]:
-    """The delimiter and the header's fields: of the delimiters that split the header into two or more
-    fields, the one that splits the most sample rows into as many fields as the header, then the one
-    giving the most fields. The rows decide between ``x, m;y, m`` read as two columns (``;``) or three.
+    """The delimiter and the header's fields.
+
+    Of the delimiters that split the header into two or more fields, the one that splits the most sample
+    rows into as many fields as the header, then the one giving the most fields. The rows decide between
+    ``x, m;y, m`` read as two columns (``;``) or three.
     """
 
     def split(line: str, delimiter: str) -> list[str] | None:
@@ -480,8 +483,9 @@ def _choose_delimiter(
 
 
 def _ends_inside_quotes(line: str, delimiter: str, inside: bool) -> bool:
-    """Whether a quoted field is still open at the end of ``line``, as pandas' tokenizer reads quotes:
-    a field is quoted when ``"`` is its first character after spaces, and ``""`` in it is a quote.
+    """Whether a quoted field is still open at the end of ``line``, as pandas' tokenizer reads quotes.
+
+    A field is quoted when ``"`` is its first character after spaces, and ``""`` in it is a quote.
     Steps field by field (``str.find``), not character by character.
     """
     i = 0

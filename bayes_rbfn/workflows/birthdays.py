@@ -1,5 +1,7 @@
-"""The Birthdays case study as one call: :func:`fit_birthdays` fits the collection's Birthdays model
-(:mod:`bayes_rbfn.models.birthdays`) to the packaged US births per day and returns ArviZ InferenceData.
+"""The Birthdays case study as one call: :func:`fit_birthdays`.
+
+It fits the collection's Birthdays model (:mod:`bayes_rbfn.models.birthdays`) to the packaged US births
+per day and returns ArviZ InferenceData.
 
 NUTS runs through the package's one loop (:mod:`bayes_rbfn.infer.sampler`), at :data:`DEFAULT_SETTINGS`
 unless told otherwise. The returned data hold:

@@ -114,7 +114,8 @@ def elpd_test(f_mean: Any, f_var: Any, noise: Any, y_test: Any) -> ElpdTest:
     over the S = chains × draws posterior draws), summed over points.
 
     Args:
-        f_mean, f_var: per-draw latent moments, (chains, draws, n).
+        f_mean: per-draw latent means, (chains, draws, n).
+        f_var: per-draw latent variances, (chains, draws, n).
         noise: per-draw σ, (chains, draws) or a scalar.
         y_test: (n,) held-out targets.
 
@@ -415,15 +416,20 @@ def compare_models(
     Args:
         models: two or more model names (see :func:`bayes_rbfn.models.available_models`), e.g.
             ``["exact", "sor", "dtc", "fitc", "vfe"]``. Grouped models are not supported.
-        X: (N, D) or (N,) training inputs. y: (N,) targets.
-        X_test, y_test: a held-out split (both or neither) for the ``elpd_test`` columns.
+        X: (N, D) or (N,) training inputs.
+        y: (N,) targets.
+        X_test: (S, D) or (S,) held-out inputs for the ``elpd_test`` columns (given with ``y_test`` or not
+            at all).
+        y_test: (S,) held-out targets at ``X_test``.
         X_pred: (S, D) inputs of the stored per-draw predictions and of the plotted bands (default
             ``X_test`` when given, else X). With Snelson's data, pass its test grid here. When every row
             of X_test is also a row of X_pred, ``elpd_test`` reuses the stored predictions; otherwise the
             per-draw moments at X_test are computed once more from the draws.
-        Z: (M, D) inducing inputs shared by the sparse models. num_inducing: M when Z is not given.
+        Z: (M, D) inducing inputs shared by the sparse models.
+        num_inducing: M when Z is not given.
         ic: ``"loo"`` (PSIS-LOO, default) or ``"waic"`` for :func:`arviz.compare`.
-        seed: PRNG seed of every fit. progress: progress bars.
+        seed: PRNG seed of every fit.
+        progress: show progress bars.
         sampler: the NUTS settings of every fit as one
             :class:`~bayes_rbfn.infer.sampler.SamplerSettings` (its seed and progress replace ``seed`` and
             ``progress``; then give no sampler setting in ``fit_options``).
@@ -513,8 +519,9 @@ def _rows_in(X_test: np.ndarray, X_pred: np.ndarray) -> np.ndarray | None:
 
 
 def _elpd_test_of_fit(idata: Any, X_test: np.ndarray, y_test: np.ndarray, X_pred: np.ndarray) -> ElpdTest:
-    """elpd_test from the stored predictions when every test input is among X_pred, else from a new
-    per-draw prediction at X_test.
+    """elpd_test from the stored predictions, or from a new per-draw prediction at X_test.
+
+    The stored predictions serve when every test input is among X_pred.
     """
     _, _, _, params = rebuild(idata)
     index = _rows_in(X_test, X_pred)

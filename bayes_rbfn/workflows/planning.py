@@ -1,5 +1,7 @@
-"""Planning a fit or a comparison from a data set: the defaults each packaged data set takes, the choice
-of model, mean and inducing inputs, the prediction grid, group selection and the train/test split.
+"""Planning a fit or a comparison from a data set.
+
+The defaults each packaged data set takes, the choice of model, mean and inducing inputs, the prediction
+grid, group selection and the train/test split.
 
 Pure NumPy on a :class:`~bayes_rbfn.io.datasets.Dataset`; nothing is sampled, printed or written. Errors are
 ``ValueError`` whose message starts with the argument at fault (``"num_inducing 80 is more than ..."``), for
@@ -134,8 +136,10 @@ def keep_groups(data: Dataset, max_groups: int | None) -> Dataset:
 
 
 def prediction_inputs(data: Dataset, extend: float) -> tuple[np.ndarray, np.ndarray | None]:
-    """X_pred (and its group codes): with one input a grid over the data reaching ``extend`` × range past
-    the end (per group for grouped data); with several inputs the training inputs themselves.
+    """X_pred (and its group codes): a grid over the data for one input, else the training inputs.
+
+    With one input a grid over the data reaching ``extend`` × range past the end (per group for grouped
+    data); with several inputs the training inputs themselves.
     """
     X = data.X
     if X.shape[1] > 1:
@@ -154,8 +158,9 @@ def prediction_inputs(data: Dataset, extend: float) -> tuple[np.ndarray, np.ndar
 
 
 def check_data_scales(data: Dataset) -> None:
-    """Refuse input or target columns whose scale float64 cannot carry through the model, naming the
-    column (:func:`bayes_rbfn.gp.validation.check_scale`); ValueError.
+    """Refuse input or target columns whose scale float64 cannot carry through the model, naming the column.
+
+    A ValueError (:func:`bayes_rbfn.gp.validation.check_scale`).
     """
     from bayes_rbfn.gp.validation import INPUT_SCALES, TARGET_SCALES, check_scale
 
@@ -165,8 +170,10 @@ def check_data_scales(data: Dataset) -> None:
 
 
 def _grid_end(lo: float, hi: float, extend: float) -> float:
-    """The last prediction input, ``hi + extend × (hi − lo)``; ValueError naming x_pred_extend when it lies
-    past the magnitudes float64 carries through the model (:data:`~bayes_rbfn.gp.validation.INPUT_SCALES`).
+    """The last prediction input, ``hi + extend × (hi − lo)``.
+
+    ValueError naming x_pred_extend when it lies past the magnitudes float64 carries through the model
+    (:data:`~bayes_rbfn.gp.validation.INPUT_SCALES`).
     """
     from bayes_rbfn.gp.validation import INPUT_SCALES
 
@@ -199,16 +206,19 @@ def pool_groups(data: Dataset) -> Dataset:
 def default_model(
     dataset: str, *, marginalisable: bool, grouped: bool, n_points: int = 0, n_inputs: int = 1
 ) -> str:
-    """The model a fit takes when none is named: the weight-space ``rbfn`` for a likelihood that cannot be
-    marginalised, the hierarchical one for grouped data, the data set's own for a packaged one; for a
-    user's file with several inputs the exact GP up to :data:`~bayes_rbfn.defaults.EXACT_MAX_POINTS` rows
-    and :data:`~bayes_rbfn.defaults.SEVERAL_INPUTS_MODEL` (VFE) past them; else :data:`DEFAULT_MODEL`.
+    """The model a fit takes when none is named.
+
+    The weight-space ``rbfn`` for a likelihood that cannot be marginalised, the hierarchical one for grouped
+    data, the data set's own for a packaged one; for a user's file with several inputs the exact GP up to
+    :data:`~bayes_rbfn.defaults.EXACT_MAX_POINTS` rows and :data:`~bayes_rbfn.defaults.SEVERAL_INPUTS_MODEL`
+    (VFE) past them; else :data:`DEFAULT_MODEL`.
 
     Args:
         dataset: the packaged data set's name ("" for a user's file).
         marginalisable: the likelihood is Gaussian (the GP marginal exists).
         grouped: the data carry group codes.
-        n_points, n_inputs: N and D of the rows fitted.
+        n_points: N, the rows fitted.
+        n_inputs: D, the input columns.
     """
     from bayes_rbfn.defaults import EXACT_MAX_POINTS, SEVERAL_INPUTS_MODEL
 
@@ -222,8 +232,9 @@ def default_model(
 
 
 def default_mean(dataset: str, *, takes_linear_mean: bool) -> str:
-    """The prior mean a fit takes when none is named: the data set's own (linear for co2) where the model
-    takes it, else ``"constant"``.
+    """The prior mean a fit takes when none is named: the data set's own where the model takes it.
+
+    Else ``"constant"``. The data set's own is linear for co2.
     """
     mean = DATASET_MEANS.get(dataset, "constant")
     return "constant" if mean == "linear" and not takes_linear_mean else mean
@@ -274,9 +285,11 @@ def train_test_split(
     """Row indices (train, test) holding out ``test_fraction`` of the rows, sorted; test is None for 0.
 
     Args:
-        X: (N, D) inputs. test_fraction: share of the rows held out, in [0, 1).
+        X: (N, D) inputs.
+        test_fraction: share of the rows held out, in [0, 1).
         split: ``"random"`` (chosen with ``seed``) or ``"time"`` (the last rows by the single input: a
             forecast).
+        seed: the seed of a random split.
 
     Raises:
         ValueError: a time split of several inputs, a fraction that holds out no row, or fewer than

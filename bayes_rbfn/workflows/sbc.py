@@ -155,7 +155,9 @@ def chi2_uniformity(ranks: np.ndarray, num_ranks: int, bins: int) -> tuple[float
     Bin expectations are exact for the discrete uniform (unequal bins when ``bins`` ∤ ``num_ranks``).
 
     Args:
-        ranks: (R,) integer ranks. num_ranks: number of possible rank values. bins: number of bins.
+        ranks: (R,) integer ranks.
+        num_ranks: number of possible rank values.
+        bins: number of bins.
 
     Returns:
         (statistic, p-value) with ``bins − 1`` degrees of freedom.
@@ -174,8 +176,10 @@ def chi2_uniformity(ranks: np.ndarray, num_ranks: int, bins: int) -> tuple[float
 
 
 def simulation_priors(model: str, likelihood: str = "gaussian") -> dict[str, dist.Distribution]:
-    """The fixed priors SBC simulates a shipped model under: :data:`PRIORS` for the kernel (or blr's)
-    hyperparameters, the likelihood's ``simulation_priors`` for its own parameters.
+    """The fixed priors SBC simulates a shipped model under.
+
+    :data:`PRIORS` for the kernel (or blr's) hyperparameters, the likelihood's ``simulation_priors`` for its
+    own parameters.
     """
     from bayes_rbfn.models import get_model
     from bayes_rbfn.models.families import get_family
@@ -270,8 +274,9 @@ def quantity_names(
     model_kwargs: Mapping[str, Any] | None = None,
     observed: str = "y",
 ) -> tuple[str, ...]:
-    """Names of the ranked quantities, in the column order of :attr:`SBCResult.ranks`: every scalar
-    component of every latent sample site (``name`` or ``name[i]``), then ``log_lik``.
+    """Names of the ranked quantities, in the column order of :attr:`SBCResult.ranks`.
+
+    Every scalar component of every latent sample site (``name`` or ``name[i]``), then ``log_lik``.
     """
     model_fn, observed = _resolve(
         model, likelihood, n, num_inducing, num_groups, model_args, model_kwargs, observed
@@ -386,8 +391,9 @@ def _run(
 def _check_settings(
     seed: Any, noise_scale: Any, target_accept: Any, bins: Any, **counts: Any
 ) -> tuple[dict[str, int], int, int]:
-    """The checked counts of :func:`run_sbc` (positive integers, by name), the number of rank values
-    L + 1 and the χ² bins; ``ValueError`` naming the first bad argument.
+    """The checked counts of :func:`run_sbc`, the number of rank values L + 1 and the χ² bins.
+
+    The counts are positive integers, by name; ``ValueError`` naming the first bad argument.
     """
     ints = {name: check_positive_int(value, name) for name, value in counts.items()}
     if ints.get("max_tree_depth", 0) > MAX_TREE_DEPTH:
@@ -451,16 +457,23 @@ def run_sbc(
                 run_sbc(model, model_args=(x,), reps=200)
 
         reps: number of simulated data sets R.
-        n: data points per set (per group for ``grouped``). num_inducing: M inducing inputs (≤ n).
-        draws, warmup: NUTS iterations after / for adaptation; ``thin`` keeps every thin-th draw, so
-            L = draws // thin posterior draws are ranked against each truth and ranks lie in {0, …, L}.
+        n: data points per set (per group for ``grouped``).
+        num_inducing: M inducing inputs (≤ n).
+        draws: NUTS iterations after adaptation.
+        warmup: NUTS iterations for adaptation.
+        thin: keep every thin-th draw, so L = draws // thin posterior draws are ranked against each truth
+            and ranks lie in {0, …, L}.
         seed: PRNG seed (everything — prior draws, data, NUTS — follows from it).
         noise_scale: k ≥ 1; k > 1 simulates with noise k·σ while the model fits σ (the deliberate
             misspecification SBC must reject; Gaussian likelihoods with a ``noise`` site only).
         bins: χ² bins (default min(L + 1, reps // 10, 10), at least 2: ≥ 10 expected counts per bin).
         likelihood: the likelihood of a shipped model (only ``rbfn`` takes other than ``gaussian``).
-        num_groups: G for ``grouped``. target_accept, max_tree_depth: NUTS settings.
-        model_args, model_kwargs, observed: for a user's model: its arguments and its observed site.
+        num_groups: G for ``grouped``.
+        target_accept: NUTS's target acceptance probability.
+        max_tree_depth: NUTS's maximum tree depth.
+        model_args: a user's model's positional arguments.
+        model_kwargs: a user's model's keyword arguments.
+        observed: a user's model's observed site.
         chain_method: ``"sequential"`` (the replications one after the other) or ``"vectorized"`` (every
             NUTS step advances all of them at once); ``None``: sequential on a CPU, vectorised on an
             accelerator (:func:`bayes_rbfn.infer.sampler.one_device_method`). On a CPU a vectorised step
@@ -593,7 +606,8 @@ def plot_ecdf(result: SBCResult, path: str | os.PathLike[str] | None = None, ci_
     depend on the ranks.
 
     Args:
-        result: from :func:`run_sbc`. path: PNG file to write (None: do not write).
+        result: from :func:`run_sbc`.
+        path: PNG file to write (None: do not write).
         ci_prob: joint probability of the bands.
 
     Returns:

@@ -98,6 +98,13 @@ def _inputs(rng, dim):
     return (X1[:, 0] if dim == 1 else X1), X2
 
 
+def test_every_kernel_family_class_has_a_reference_case():
+    """Each kernel class that names a family (a kernel of the collection) is compared with its formula."""
+    families = {c for c in vars(K).values() if isinstance(c, type) and c.__dict__.get("family")}
+    compared = {type(kernel) for kernel, _, _ in CASES} | {type(kernel) for kernel, _, _ in ALGEBRA_CASES}
+    assert families <= compared, families - compared
+
+
 @pytest.mark.parametrize(("kernel", "spec", "dim"), CASES, ids=IDS)
 def test_gram_and_diag_match_numpy_formula(rng, kernel, spec, dim):
     """k(X1, X2), k(X1) and k.diag(X1) against the NumPy formula; the Gram matrix is symmetric PSD."""
