@@ -47,25 +47,20 @@ SEVERAL_INPUTS_MODEL = "vfe"
 #: :data:`MAP_START_MIN_POINTS` data points on, "median" below.
 INITS = ("auto", "median", "map")
 
-#: Data points from which ``init="auto"`` starts at the mode. The median start costs ~1,600 more warm-up
-#: gradients (deep trees of small steps while the mass matrix is still the identity); the mode search
-#: costs ~1 s of compilation on 2 CPU cores, whatever N, and 0.2–0.5 s at N = 10³ once compiled.
-#: Measured with ``fit("sor")``, one chain of 500 + 500, M = 32/64, 1-D (25 Nov 2026): at N = 10⁴ the
-#: mode start takes 0.6× the wall time for 1.25× the ESS/s (3 seeds; 4.7× the hand-written NumPyro
-#: model's ESS/s against 3.55× from the median); at N = 10⁵ 3.8× the ESS/s (one run: 600 s against
-#: 1,929 s); at N = 10⁶ (one H100) 69 s against 250 s. At N = 10³ it gains less (1.19× warm, median
-#: of 5 seeds; nothing in a fresh process), and every chain starting at one point leaves R̂ without
-#: dispersed starts, so the median start stays below 10⁴ points.
+#: Data points from which ``init="auto"`` starts at the mode. The median start spends many warm-up
+#: gradients on deep trees of small steps while the mass matrix is still the identity; the mode search
+#: costs a compilation whose time does not grow with N. From this many points on the mode start saves more
+#: than it costs, in wall time and in ESS/s; below, it gains little, and every chain starting at one point
+#: leaves R̂ without dispersed starts, so the median start stays the default there (benchmarks/README.md,
+#: *fit("sor") against a hand-written NumPyro model*).
 MAP_START_MIN_POINTS = 10_000
 
 #: Data points of the first stage of the mode search on a large data set: from twice as many on, fit
 #: searches the mode from both starts of :func:`bayes_rbfn.infer.sampler.laplace_start` on a random subset
 #: of this size first, and from the lowest end on all the data after. The two starts cost each gradient
-#: N/10⁴ times less there. On the 3-D data of ``benchmarks/ess_vs_numpyro.py`` at N = 10⁵ (M = 64,
-#: ``benchmarks/results/mode_search_n100000_d3.md``, 2 cores, 26 Nov 2026): seeds 0–3 all reached the
-#: mode in 57–89 s, against 51–146 s for the median start on all the data alone, which ended in a local
-#: mode at seed 1 (σ = 0.27 against 0.21, potential 2.65·10⁴ above the mode) — from which a fit on one
-#: H100 had not finished after 400 s (seed 0: 37 s in all).
+#: N/10⁴ times less there, so the search takes about as long as the median start alone on all the data,
+#: and reaches the mode where that start alone can end in a local mode, from which a fit takes far longer
+#: (benchmarks/README.md, *fit's mode search on a large data set*).
 MAP_SEARCH_POINTS = 10_000
 
 #: The largest NUTS tree depth accepted (``fit(max_tree_depth=...)``, ``--max-tree-depth``): a tree of

@@ -6,10 +6,12 @@ process call these explicitly:
 
 * :func:`enable_x64` — float64 everywhere (the CLI and the tests run in float64);
 * :func:`enable_compilation_cache` — JAX's persistent compilation cache, so a second run of the same
-  model and data shapes skips XLA compilation (NUTS compiles for ~5–15 s on 2 CPU cores);
+  model and data shapes skips XLA compilation (benchmarks/README.md, *Compiled programs and the persistent
+  cache*);
 * :func:`limit_blas_threads` / :func:`single_threaded_blas` — one OpenBLAS thread: JAX's CPU LAPACK
   kernels (Cholesky, triangular solves) run in SciPy's OpenBLAS, whose worker threads otherwise compete
-  with XLA's for the same cores (a 25×240 triangular solve measured 20 ms instead of 0.1 ms on 2 cores);
+  with XLA's for the same cores and slow small solves many times over (benchmarks/README.md, *Latest
+  results on this machine*);
 * :func:`use_host_devices` — expose N CPU devices so NUTS chains run in parallel, one per core; must
   run before JAX initialises its backend (before the first computation);
 * :func:`initialize_distributed` — join a run of several processes (one per host) through JAX's
@@ -126,8 +128,9 @@ def _load_lapack() -> None:
     """Load the OpenBLAS behind JAX's CPU LAPACK kernels (SciPy's) so that threadpoolctl can see it.
 
     threadpoolctl only limits libraries already loaded, and jaxlib loads SciPy's OpenBLAS on its first
-    Cholesky or triangular solve: a limit set before that never reached it, and its spinning threads cost
-    ~25 % of every SoR log-density evaluation on 2 cores (N = 10⁵, M = 128: 0.12 s instead of 0.097 s).
+    Cholesky or triangular solve: a limit set before that would not reach it, and its spinning threads
+    would slow every log density with a Cholesky inside (benchmarks/README.md, *Latest results on this
+    machine*).
     """
     import scipy.linalg.cython_lapack  # noqa: F401
 

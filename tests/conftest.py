@@ -108,6 +108,7 @@ FILE_SECONDS = {
     "infer/test_mcmc.py": 199,
     "infer/test_resume.py": 186,
     "infer/test_distributed.py": 80,
+    "cli/test_cli_distributed.py": 35,
     "test_notebooks.py": 243,
     "cli/test_cli.py": 170,
     "workflows/test_sbc_models.py": 156,

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bayes_rbfn.cli import distributed
 from bayes_rbfn.cli.common import (
     PROG,
     Console,
@@ -172,6 +173,7 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
         f"(default {DEFAULT_EXTEND})",
     )
     output.add_argument("--no-plots", action="store_true", help="do not draw the PNG plots")
+    distributed.add_arguments(parser)
 
     backtest = parser.add_argument_group("backtest (one input column)")
     split = backtest.add_mutually_exclusive_group()
@@ -447,12 +449,17 @@ def _load_test(args: argparse.Namespace, data: Dataset, likelihood: Any, notes: 
         "  bayes-rbfn fit --dataset snelson                another packaged data set\n"
         "  bayes-rbfn fit DATA.csv --x t --y co2           your CSV file (one or more --x columns)\n"
         "  bayes-rbfn fit DATA.csv --x a b --y y --test TEST.csv   predict and score held-out rows\n"
-        "  bayes-rbfn fit DATA.csv --x year --y rate --group country   hierarchical (grouped) model"
+        "  bayes-rbfn fit DATA.csv --x year --y rate --group country   hierarchical (grouped) model\n"
+        "  bayes-rbfn fit part-{process}.csv --x a --y y --model sor --out run --coordinator host0:1234 \\\n"
+        "      --num-processes 2 --process-id 0          one of several processes, each with its part"
     ),
 )
 def _run_fit(args: argparse.Namespace, console: Console) -> int:
     from bayes_rbfn.cli import birthdays
     from bayes_rbfn.io.output import output_lock, remove_leftovers
+
+    if distributed.wanted(args):
+        return distributed.run(args, console)
 
     start = time.perf_counter()
     resuming = args.resume is not None

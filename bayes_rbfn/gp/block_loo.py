@@ -350,10 +350,9 @@ def sor_loo(
 
     Cost: the leave-block-out pass is one tall-skinny QR per chunk, in chunks holding a flagged point two
     (M+1+b)×(M+1) QRs per leaf of b ≈ M points (its prefix and suffix), and in leaves holding one a pivoted
-    (3M+2)×M QR and an (M+b)×b one. Measured at N = 10⁴ and 10⁵, M = 64 (2 CPU cores, float64), against
-    the Woodbury pass alone (3.4 and 23 ms, unchanged by the flagging): ~6 times more with one point
-    flagged and 37–50 times with every chunk flagged with OpenBLAS on one thread, ~10 and 50–60 times with
-    its default threads (small QRs).
+    (3M+2)×M QR and an (M+b)×b one: several times the Woodbury pass's cost with one point flagged and tens
+    of times with every chunk flagged, more with OpenBLAS's default threads than with one (small QRs;
+    benchmarks/README.md, *The leave-block-out LOO pass*).
     It is skipped wholly when no point is flagged. Under ``vmap`` (one evaluation per posterior draw) it runs
     for the whole batch when any member has a flagged point and for none otherwise
     (:func:`_any_over_batch`: never a select that runs it for every evaluation). The flagged values carry no
@@ -374,7 +373,7 @@ def sor_loo(
         exact: whether flagged points take the leave-block-out pass. ``None`` (default): yes when called
             eagerly (the decision is then a concrete value, and the pass is compiled only when a point
             needs it); under ``jit`` (a traced decision) only with ``exact=True``, as a ``lax.cond``
-            compiles both branches and the pass's compile (2–5 s) would come with every compiled LOO,
+            compiles both branches and the pass's compilation would come with every compiled LOO,
             e.g. every fit's per-draw log-likelihood, whose interpolated points then keep their Woodbury
             values. ``False``: never. ``"defer"``: as ``None``, but under ``jit`` a flagged point's value
             is NaN ("not computed here"), so that a caller evaluating many draws compiles and runs the pass

@@ -105,10 +105,9 @@ def full_precision(fn: Callable) -> Callable:
     The package's one precision policy, on every function that forms products of data-sized or M×M matrices.
 
     JAX's default lets a GPU round the inputs of float32 products to TF32 (a 10-bit mantissa); a CPU is not
-    affected. On an H100 that made the mixed SoR log density wrong by ~1e-6 relative with well-separated
-    inducing inputs and by O(1) with dense ones, against ≤ 2e-9 and ~5e-5 at full float32 precision, as on
-    a CPU (benchmarks/results/mixed_precision_gpu_h100_tf32.md against mixed_precision_gpu_h100.md); on an
-    H200 the plain float32 pass's sums differed from full float32 ones by 5e-4 relative. Float64 products
+    affected. With TF32 products the mixed SoR log density is off by far more than float32 rounding with
+    well-separated inducing inputs and by O(1) with dense ones, and the plain float32 pass's sums lose
+    digits against full float32 ones (benchmarks/README.md, *Full-precision products*). Float64 products
     are exact in either setting, so only float32 work changes, and only off the CPU.
     """
 

@@ -19,7 +19,8 @@ data (:func:`data_mesh`, :func:`shard_data`), and the casts of the ``precision``
   (any count dividing the blocks), so sharded and single-device results are the same numbers. They must
   be: the lengthscale gradient is ill-conditioned for dense inducing inputs (cond(K_uu) ~ 1e10), and at
   N = 10⁶ another summation order alone (e.g. another chunk length) moves it by ~1e-6 relative, while the
-  log density moves by ~1e-15. Below 16 chunks the blocks are fewer rather than shorter (measured there).
+  log density moves by ~1e-15. Below 16 chunks the blocks are fewer rather than shorter, which is faster
+  there (benchmarks/README.md, *What makes the SoR family fast*).
 * **Sharded.** With a :class:`jax.sharding.Mesh`, the pass runs under :func:`jax.shard_map`: each device
   streams over its own whole blocks and the per-block M×M sums are ``psum``-reduced, each placed at its
   block index in an otherwise zero array (x + 0 = x exactly), then added in block order like on one
@@ -75,9 +76,9 @@ DATA_AXIS = "data"
 #: Bytes of one K_uc chunk (M×C) the default chunk size aims at: cache-resident on current CPUs.
 _CHUNK_BYTES = 1 << 20
 
-#: The same on a GPU, where a chunk must fill the device rather than a cache. Measured on an H100 (float64,
-#: N = 10⁶, benchmarks/gpu_chunk_sweep.py): value + gradient 25 → 6.3 ms at M = 64 and 113 → 22 ms at
-#: M = 256 against the CPU's 1 MiB chunks; no gain past ~64 MiB.
+#: The same on a GPU, where a chunk must fill the device rather than a cache: chunks this large make the
+#: value and gradient several times faster than the CPU's 1 MiB ones, and larger ones gain nothing
+#: (benchmarks/README.md, *On a GPU*; ``benchmarks/gpu_chunk_sweep.py``).
 _ACCELERATOR_CHUNK_BYTES = 128 << 20
 
 
@@ -205,9 +206,9 @@ def block_count(mesh: Mesh | None, N: int, C: int) -> tuple[int, int]:
     :data:`SUM_BLOCKS`; rounded up to a multiple of the mesh's device count (then sharded sums are added
     in another order than one device's).
 
-    A block never holds less than a chunk unless N does: 16 blocks of 63 points cost 1.4× the value and
-    gradient of one block of 1,000 (M = 32; 1.6× at N = 4,000, 1.35× at 10⁴), the per-chunk work being too
-    small to amortise its dispatch.
+    A block never holds less than a chunk unless N does: 16 blocks of a few dozen points cost more than
+    fewer blocks of whole chunks, the per-chunk work being too small to amortise its dispatch
+    (benchmarks/README.md, *What makes the SoR family fast*).
     """
     n_dev = 1 if mesh is None else mesh.shape[DATA_AXIS]
     blocks = min(SUM_BLOCKS, 1 << max((N // C).bit_length() - 1, 0))

@@ -59,12 +59,12 @@ allows:
   to cond ~1e3 on 1-D data, ~1e8 on the 3-D grid), and cond(K_uu) moves with the lengthscales a sampler
   visits, so it is the default nowhere. A small gradient component that is the difference of terms of
   size ~N (that of log s²) keeps ~ε₃₂·N of float32 rounding from the reverse pass, where most of the
-  speed-up is (a float64 reverse pass kept ~1.1× of it): value + gradient is 1.2–1.9× faster on 2 CPU
-  cores (1.7–1.9× at N = 10⁵, 1.7× at 10⁶). On float32 inputs it is plain float32.
+  speed-up is (benchmarks/README.md, *Mixed precision*). On float32 inputs it is plain float32.
 
 Per evaluation of the log density and its gradient this is four M×M×C products per chunk (two forward,
 two backward) against the one product of the floor (forming K_fu and K_uf K_fu), plus the residual
-sweep's second kernel evaluation; see benchmarks/ for the measured ratio.
+sweep's second kernel evaluation (the measured ratio: benchmarks/README.md, *Latest results on this
+machine*).
 
 References
 ----------

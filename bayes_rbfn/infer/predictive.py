@@ -22,6 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bayes_rbfn.gp.streaming import to_host
+
 __all__ = [
     "Band",
     "Predictive",
@@ -48,8 +50,8 @@ DEFAULT_BATCH = 2048
 STREAM_BUDGET = 1 << 28
 
 #: At most this many draws per call of a streaming model's per-draw predictive. Under ``vmap`` each chunk's
-#: products become batched products over the draws; a few draws at a time keep the batch cache-resident
-#: (4,000 draws × 10,000 points, N = 2,000, M = 64 on 2 cores: 12 s with 8 draws per call, 17 s with 58).
+#: products become batched products over the draws; a few draws at a time keep the batch cache-resident,
+#: where many fall out of cache (benchmarks/README.md, *Latest results on this machine*).
 MAX_DRAWS_PER_CALL = 8
 
 
@@ -207,8 +209,8 @@ def per_draw_moments(
     pending: deque = deque()
 
     def store(d0, d1, start, stop, m, v):
-        means[d0:d1, start:stop] = np.asarray(m)[: d1 - d0, : stop - start]
-        vars_[d0:d1, start:stop] = np.asarray(v)[: d1 - d0, : stop - start]
+        means[d0:d1, start:stop] = to_host(m)[: d1 - d0, : stop - start]
+        vars_[d0:d1, start:stop] = to_host(v)[: d1 - d0, : stop - start]
 
     for start in range(0, S, batch_size):
         stop = min(start + batch_size, S)

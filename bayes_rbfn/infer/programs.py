@@ -1,6 +1,7 @@
-"""Programs kept by their traced text: a refit is ~25 % faster than with JAX's persistent cache alone.
+"""Programs kept by their traced text: a refit neither lowers nor loads what an earlier fit compiled.
 
-(The measurement: benchmarks/README.md, *Compiled programs and the persistent cache*.) ``fit`` builds its
+(What that saves over JAX's persistent cache alone: benchmarks/README.md, *Compiled programs and the
+persistent cache*.) ``fit`` builds its
 NUTS kernel, its post-processing and its diagnostics around closures made for that fit (the model bound to
 its data, a new NumPyro kernel), and ``jax.jit`` keys its cache on the function object: every fit would
 trace, lower and compile them again, or, with JAX's persistent cache, trace, lower and load them.

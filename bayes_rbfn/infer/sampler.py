@@ -152,8 +152,8 @@ def resolve_chain_method(chains: int, requested: str | None) -> str:
     an accelerator all chains vectorised.
 
     On one CPU device vectorised chains are the slower: each step of the batch lasts as long as the
-    longest of its trees, all of them evaluated, and the batched program compiles longer (measured:
-    benchmarks/README.md, *Several chains on one CPU device*). On an accelerator a batch keeps the device
+    longest of its trees, all of them evaluated, and the batched program compiles longer
+    (benchmarks/README.md, *Several chains on one CPU device*). On an accelerator a batch keeps the device
     busier than one chain does.
     """
     if requested is not None:
@@ -172,27 +172,19 @@ def one_device_method() -> str:
 
 
 #: The optimisers of the mode search (SciPy's names). Each runs from the same start and the lowest end
-#: with a positive-definite Hessian is kept. BFGS alone needs the fewest gradients (18–41 at N = 10³,
-#: 22–24 at N = 10⁴ and 10⁵ in 1-D) but its curvature estimate can carry it from the prior-median start
-#: out along the ridge of long lengthscales and large variance: on the 3-D data of
-#: ``benchmarks/ess_vs_numpyro.py`` (M = 64) it ended in a local minimum with σ = 0.275 at N = 2·10⁴
-#: (potential 2,901 against −2,545 at Newton-CG's end) and, at N = 5·10⁴ and 10⁵, in a region where the
-#: SoR potential is rounding noise (variance ~10¹⁰, indefinite Hessian; at N = 10⁵ potential 12,252
-#: against −14,008 at the mode). Newton-CG, whose Hessian-vector products are differences of the
-#: gradient, reached the mode in each of these (65–217 gradients at N ≤ 10⁵). Measured 26 Nov 2026.
+#: with a positive-definite Hessian is kept. BFGS alone needs the fewest gradients, but its curvature
+#: estimate can carry it from the prior-median start out along the ridge of long lengthscales and large
+#: variance, into a poorer local minimum or a region where the SoR potential is rounding noise
+#: (indefinite Hessian). Newton-CG, whose Hessian-vector products are differences of the gradient,
+#: reached the mode where BFGS did not (benchmarks/README.md, *fit's mode search on a large data set*).
 MODE_SEARCHES = ("BFGS", "Newton-CG")
 
 #: The mode search's second start: the median start with the latent site of this name (every kernel
 #: family's lengthscales) divided by :data:`SHORT_START_FACTOR`. From the prior median (ℓ a fifth of each
 #: input's range) both optimisers can end in a local mode that takes a short-scale part of the signal for
-#: noise; from shorter lengthscales the search can meet that part as signal first. Measured 26 Nov 2026 on
-#: the function of ``benchmarks/ess_vs_numpyro.py`` (sin x₁ + 0.3 cos 3x₁ + smooth terms, σ = 0.2): at
-#: N = 10⁵ in 3-D (M = 64) the median start of seed 1 ended in that mode (σ = 0.27, ℓ₁ = 3.9) after 146 s,
-#: the shorter start alone at the mode (σ = 0.21, ℓ₁ = 1.49) after 66 s; on a random 10⁴ of 2·10⁴ points
-#: the median start of seed 0 ended in it, the shorter one at the mode. In 2-D with N = 300 and 24 inducing
-#: inputs (6 data sets × 3 seeds) the second start turned 3 of the 18 searches from a local mode to a lower
-#: end and left 4 in theirs, where another seed ended lower (factors 8 and 16 did no better): it makes the
-#: local mode rarer, not impossible.
+#: noise; from shorter lengthscales the search can meet that part as signal first. The second start
+#: makes the local mode rarer, not impossible, and larger factors did no better (benchmarks/README.md,
+#: *fit's mode search on a large data set*).
 SHORT_START_SITE = "lengthscale"
 SHORT_START_FACTOR = 4.0
 
@@ -489,8 +481,8 @@ def chain_advance(kernel: Any, batched: bool = False) -> Callable[[Any, tuple, i
     With ``batched``, ``state`` and every array of ``model_args`` carry a leading axis of independent
     chains, each with its own data (SBC's replications), and what is left is ``(length, chains, ...)``:
     the transition is vmapped inside the scan. (A vmap of the whole scan gives the same draws but batches
-    NUTS's nested while loops again in every round of the scan's batching fixpoint: for SBC's models it
-    traced in 6–9 s instead of 3–5 s, and compiled longer.)
+    NUTS's nested while loops again in every round of the scan's batching fixpoint, so it traces and
+    compiles longer: benchmarks/README.md, *Compiled programs and the persistent cache*.)
     """
     transition = lambda s, args: kernel.sample(s, args, {})  # noqa: E731
     if batched:

@@ -44,7 +44,7 @@ __all__ = [
 #: Fewest rows a data set may have.
 MIN_ROWS = 3
 
-#: The main job's defaults (``bayes-rbfn fit`` with no arguments). Measured on a 2-core machine: see README.
+#: The main job's defaults (``bayes-rbfn fit`` with no arguments).
 DEFAULT_DATASET = "co2"
 
 #: The packaged case studies that bring their own model (``bayes-rbfn fit --dataset NAME`` fits it), with
@@ -82,15 +82,16 @@ DEFAULT_MAX_TREE_DEPTH = 10
 
 
 #: Packaged data sets with a smaller default NUTS tree depth. For co2 the first ~100 warm-up iterations,
-#: before the mass matrix adapts, ran to the full depth (1023 steps at depth 10) and took 3 of 5 minutes;
-#: once adapted a draw takes ~7 steps, well below 2^5 − 1 = 31, so the cap only shortens that start
-#: (measured: depth 5 → 3 min in all under load, depth 6 → 4.5 min, depth 7 → 6 min; same r_hat/ESS).
+#: before the mass matrix adapts, run to the full depth (1023 steps at depth 10) and take most of the
+#: run; once adapted a draw takes ~7 steps, well below 2^5 − 1 = 31, so the cap only shortens that start,
+#: with the same r_hat and ESS (benchmarks/README.md, *The main job's tree depth*).
 #: For birthdays too the first warm-up trees are the long ones (benchmarks/README.md, *Birthdays*).
 DATASET_TREE_DEPTHS = {"co2": 5, "birthdays": 8}
 
 
 #: Data sets with their own default M. coal: 111 years and a rate that varies over ~20 years; the weights
-#: are sampled (Poisson RBFN), and 20 centres 5.5 years apart fit as well as 64 at a fifth of the time.
+#: are sampled (Poisson RBFN), and 20 centres 5.5 years apart fit as well as 64 at a fifth of the time
+#: (benchmarks/README.md, *The targets and the latest figures*).
 DATASET_NUM_INDUCING = {"coal": 20}
 
 
