@@ -3,8 +3,9 @@
 The blocks of one page are executed in the order they appear, in one namespace, as a reader pasting them
 into one Python session would: a block may use what an earlier block of its page defined. Each block is
 compiled with its page as its file name and its own line numbers, so a traceback points at the page's
-line. Shell blocks (``bayes-rbfn …``) are not run here: tests/cli runs the commands. The blocks run as
-written, with the sizes the pages show.
+line. The blocks run as written, with the sizes the pages show. The ``bayes-rbfn`` command lines of the
+shell blocks are parsed by the program's own parser (each option exists and takes the value shown);
+tests/cli runs the commands.
 """
 
 from __future__ import annotations
@@ -77,3 +78,43 @@ def test_library_page_blocks_run_in_order():
     for name, site, args in [("model", "y", (X, X[::10])), ("count_model", "k", (X, X[::10]))]:
         trace = handlers.trace(handlers.seed(namespace[name], 0)).get_trace(*args)
         assert trace[site]["value"].shape == counts.shape, name
+
+
+#: A fenced block without a language (or ``bash``), and the ``bayes-rbfn`` command lines in it, backslash
+#: continuations joined.
+SHELL_BLOCK = re.compile(r"^```(?:bash)?\n(.*?)^```", re.M | re.S)
+COMMAND = re.compile(r"(?:^|\s)bayes-rbfn ((?:fit|compare|sbc|datasets)\b.*)")
+
+
+def command_lines(page: Path) -> list[tuple[int, list[str]]]:
+    """(line number, argv after ``bayes-rbfn``) of every ``bayes-rbfn`` command shown in a shell block."""
+    import shlex
+
+    text = page.read_text(encoding="utf-8")
+    found = []
+    for block in SHELL_BLOCK.finditer(text):
+        start = text.count("\n", 0, block.start(1)) + 1
+        joined = block.group(1).replace("\\\n", " ")
+        for offset, line in enumerate(joined.splitlines()):
+            command = COMMAND.search(line)
+            if command is None or "--help" in line:
+                continue
+            words = shlex.split(line[command.start(1) :], comments=True)
+            found.append((start + offset, [w for w in words if w != "&"]))
+    return found
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if command_lines(p)], ids=lambda p: p.name)
+def test_shell_blocks_commands_parse(page):
+    """Every ``bayes-rbfn`` command a page shows is one the program accepts (its options exist and take
+    the values shown); tests/cli runs them."""
+    from bayes_rbfn import cli
+
+    parser = cli.build_parser()
+    for line, argv in command_lines(page):
+        try:
+            parser.parse_args(argv)
+        except (SystemExit, Exception) as err:
+            raise AssertionError(
+                f"{page.name}, line {line}: bayes-rbfn {' '.join(argv)} does not parse"
+            ) from err
