@@ -49,7 +49,7 @@ from bayes_rbfn.infer.failures import (
     result_bytes,
 )
 from bayes_rbfn.infer.predictive import draw_work, model_moments
-from bayes_rbfn.infer.processes import common_subsample, data_summary, spread_over_processes
+from bayes_rbfn.infer.processes import check_same, common_subsample, data_summary, spread_over_processes
 from bayes_rbfn.infer.programs import by_program
 from bayes_rbfn.infer.sampler import SamplerSettings, nuts_kernel, resolve_init, run_chains, sample_stats
 from bayes_rbfn.infer.schema import carry, kernel_kind, posterior_params, rebuild
@@ -483,6 +483,8 @@ def build_model(
     if summary is not None:
         data["x_centre"] = jnp.asarray(summary.x_mean, dtype=X.dtype)
     if spread:
+        for name, value in (("Z", Z), ("X_pred", X_pred)):
+            check_same(value, name)
         # Every process's rows as one global array; the rest, equal in every process, replicated.
         from bayes_rbfn.gp.streaming import process_rows, replicated
 

@@ -19,6 +19,7 @@ devices. NUTS then runs the same chain in every process (the same key, the same 
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -28,6 +29,7 @@ import numpy as np
 
 __all__ = [
     "DataSummary",
+    "check_same",
     "common_subsample",
     "data_summary",
     "exact_mean",
@@ -157,6 +159,23 @@ def data_summary(X: np.ndarray, y: np.ndarray) -> DataSummary:
         y_mean=y_mean,
         y_sd=float(np.sqrt(exact_mean(np.square(y - y_mean), N))),
     )
+
+
+def check_same(value: Any, name: str) -> None:
+    """Raise unless ``value`` is the same array in every process (the inputs every process must share).
+
+    Args:
+        value: an array.
+        name: the argument it came from, for the message.
+
+    Raises:
+        ValueError: the processes hold different values.
+    """
+    a = np.ascontiguousarray(np.asarray(value, dtype=np.float64))
+    digest = hashlib.sha256(str(a.shape).encode() + a.tobytes()).digest()
+    digests = _gathered(np.frombuffer(digest, dtype=np.uint8))
+    if np.any(digests != digests[0]):
+        raise ValueError(f"{name}: differs between the processes; give every process the same {name}")
 
 
 def common_subsample(X: np.ndarray, size: int, seed: int) -> np.ndarray:

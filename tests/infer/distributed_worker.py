@@ -10,7 +10,7 @@ reference. Process 0 (or the only one) writes what TASK computed to OUT (an .npz
 Tasks: ``all`` (the SoR log density and its gradient, the LOO pass and the predictive moments at fixed
 hyperparameters; then a short NUTS chain of ``fit("sor", shard=True)``), ``die`` (the same fit with a
 checkpoint; process 1 exits once the first chunk is saved), ``resume`` (the same fit, continued from that
-checkpoint).
+checkpoint), ``differ`` (the fit with other prediction inputs in each process, refused).
 """
 
 from __future__ import annotations
@@ -89,10 +89,10 @@ def passes() -> dict:
     }
 
 
-def fit(checkpoint: str | None = None) -> dict:
+def fit(checkpoint: str | None = None, X_pred=X_TEST) -> dict:
     options = dict(
         Z=Z,
-        X_pred=X_TEST,
+        X_pred=X_pred,
         shard=True,
         chains=1,
         warmup=30,
@@ -119,6 +119,8 @@ if TASK == "all":
     result = {**passes(), **fit()}
 elif TASK == "resume":
     result = fit(checkpoint=folder)
+elif TASK == "differ":
+    result = fit(X_pred=X_TEST + RANK)  # not the same prediction inputs in every process
 elif TASK == "die":
     if RANK == 1:
 

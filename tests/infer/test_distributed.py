@@ -10,7 +10,8 @@ same mesh of two devices, so the same fixed block order of the sums. What is pro
 * ``fit("sor", X_local, y_local, shard=True)`` gives the single-process sharded fit's draws, LOO values,
   predictions and replicates (the same chain in both processes);
 * when one process dies mid-run the other stops within a bounded time with an error that says so, and
-  the checkpoint process 0 wrote resumes to the uninterrupted run's draws.
+  the checkpoint process 0 wrote resumes to the uninterrupted run's draws;
+* prediction inputs that differ between the processes are refused, naming X_pred.
 """
 
 from __future__ import annotations
@@ -115,3 +116,10 @@ def test_a_process_that_dies_stops_the_other_and_the_checkpoint_resumes(runs):
     resumed = dict(np.load(folder / "resume.npz"))
     for name in [k for k in resumed if k.startswith("posterior_")]:
         np.testing.assert_allclose(resumed[name], runs["one"][name], rtol=1e-10, atol=0, err_msg=name)
+
+
+def test_prediction_inputs_that_differ_between_processes_are_refused(tmp_path):
+    results = _run("differ", tmp_path / "differ.npz", 2)
+    for code, err in results:
+        assert code != 0
+        assert "X_pred: differs between the processes" in err, err[-2000:]
