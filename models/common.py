@@ -168,6 +168,20 @@ class ModelMarginal(SortedPytreeFields, dist.Distribution):
         batch_shape=(),
         validate_args=None,
     ):
+        """The observed y of a model given its hooks and one draw's parameters.
+
+        Args:
+            log_density: ``log_density(params, data with y, config)``, the log marginal likelihood.
+            simulate: ``simulate(key, sample_shape, params, data, config)``, draws of y.
+            params: the draw's parameters, {name: value}.
+            data: the model's data; its ``"y"`` (if any) is left out, ``log_prob`` supplies its value.
+            config: the model's configuration, passed on to every hook.
+            event_shape: the shape of one y.
+            replicate: ``replicate(key, sample_shape, params, data with y, config)``, draws of y_rep given y,
+                or None (then :meth:`sample_replicates` raises ``NotImplementedError``).
+            batch_shape: the batch shape (e.g. (G,), one member per group).
+            validate_args: NumPyro's ``validate_args``.
+        """
         self.log_density, self.simulate, self.replicate = log_density, simulate, replicate
         self.params, self.data, self.config = (
             dict(params),
@@ -179,9 +193,26 @@ class ModelMarginal(SortedPytreeFields, dist.Distribution):
         )
 
     def log_prob(self, value):
+        """The model's log marginal likelihood of y = ``value``, by its ``log_density`` hook.
+
+        Args:
+            value: the observations y, of shape ``batch_shape + event_shape``.
+
+        Returns:
+            log p(y), shape ``batch_shape``.
+        """
         return self.log_density(self.params, {**self.data, "y": value}, self.config)
 
     def sample(self, key, sample_shape=()):
+        """Draws of y from the model's marginal, by its ``simulate`` hook.
+
+        Args:
+            key: a JAX PRNG key.
+            sample_shape: the leading shape of the draws.
+
+        Returns:
+            y, shape ``sample_shape + batch_shape + event_shape``.
+        """
         return self.simulate(key, tuple(sample_shape), self.params, self.data, self.config)
 
     def sample_replicates(self, key, y, sample_shape=()):

@@ -663,6 +663,28 @@ class SparseGP(_GaussianProcessMarginal):
         num_groups: int | None = None,
         validate_args: bool | None = None,
     ) -> None:
+        """A sparse GP marginal; ``ValueError`` for an unknown ``approx``, a bad ``jitter`` or bad inputs.
+
+        The class docstring gives the details of each argument.
+
+        Args:
+            kernel: a :class:`~bayes_rbfn.gp.kernels.Kernel` (its hyperparameters may be NumPyro samples).
+            X: (N, D) or (N,) inputs, or (..., N, D): one set of inputs per member of a batch.
+            Z: (M, D) or (M,) inducing inputs, or (..., M, D) per member.
+            noise: σ, the noise standard deviation: a scalar, (N,) one per point, or a batch of either.
+            approx: ``"sor"``, ``"dtc"``, ``"fitc"`` or ``"vfe"``.
+            mean: the prior mean: a number, an (N,) or (..., N) array, or a callable of one member's X.
+            kernel_batch_shape: the batch axes of the kernel's hyperparameters.
+            jitter: relative jitter on K_uu, ≥ 0; None: the package's policy.
+            fast: sums before whitening in the streamed pass.
+            chunk_size: data points per chunk of the streamed pass.
+            mesh: a :class:`jax.sharding.Mesh` with a ``"data"`` axis to shard the pass over, or None.
+            precision: ``"float64"`` or ``"mixed"``.
+            groups: (N,) integer group codes 0 … G−1 of the group effects, or None.
+            group_scale: τ, the group effects' prior standard deviation, or None.
+            num_groups: G, or None to take it from the codes.
+            validate_args: NumPyro's ``validate_args``.
+        """
         if approx not in APPROXIMATIONS:
             expected = ", ".join(map(repr, APPROXIMATIONS))
             raise ValueError(f"approx: expected one of {expected}, got {approx!r}")
@@ -903,6 +925,16 @@ class ExactGP(_GaussianProcessMarginal):
         kernel_batch_shape: tuple[int, ...] = (),
         validate_args: bool | None = None,
     ) -> None:
+        """The exact GP marginal; ``ValueError`` for malformed inputs.
+
+        Args:
+            kernel: a :class:`~bayes_rbfn.gp.kernels.Kernel` (its hyperparameters may be NumPyro samples).
+            X: (N, D) or (N,) inputs, or (..., N, D): one set of inputs per member of a batch.
+            noise: σ, the noise standard deviation: a scalar, (N,) one per point, or a batch of either.
+            mean: the prior mean: a number, an (N,) or (..., N) array, or a callable of one member's X.
+            kernel_batch_shape: the batch axes of the kernel's hyperparameters.
+            validate_args: NumPyro's ``validate_args``.
+        """
         self._init_common(kernel, X, noise, mean, kernel_batch_shape, validate_args)
 
     def _log_prob_member(self, value: jax.Array) -> jax.Array:

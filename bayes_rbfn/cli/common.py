@@ -142,9 +142,26 @@ class Parser(argparse.ArgumentParser):
     """An ArgumentParser that raises :class:`UsageError` instead of printing usage and exiting."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        """Raise :class:`UsageError` with ``message`` and a pointer to ``--help``, instead of exiting.
+
+        Args:
+            message: argparse's description of the problem.
+        """
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def]
+        """argparse's parse, refusing an option whose value is ``--`` (``--option=--``) as a missing value.
+
+        Args:
+            args: the command-line arguments (None: ``sys.argv[1:]``).
+            namespace: the object that receives the parsed values (None: a new ``argparse.Namespace``).
+
+        Returns:
+            (namespace, the arguments it did not parse).
+
+        Raises:
+            UsageError: the arguments are not valid (through :meth:`error`).
+        """
         # argparse (3.11) turns "--option=--" into [] without calling the option's type or checking its
         # choices; refuse it as the missing value it is.
         parsed, extra = super().parse_known_args(args, namespace)
@@ -160,6 +177,11 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """argparse's formatter for this program: descriptions and epilogs as written, 100 columns."""
 
     def __init__(self, prog: str) -> None:
+        """A formatter of 100-column lines, option help starting at column 30 at most.
+
+        Args:
+            prog: the program's name, as the usage line shows it.
+        """
         super().__init__(prog, max_help_position=30, width=100)
 
 

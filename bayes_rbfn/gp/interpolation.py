@@ -89,6 +89,7 @@ class Polyharmonic(Kernel):
     order: ClassVar[int] = 2
 
     def __init__(self) -> None:
+        """A polyharmonic kernel; it has no hyperparameters to set."""
         pass
 
     def radial(self, r2: jax.Array) -> jax.Array:
@@ -96,10 +97,21 @@ class Polyharmonic(Kernel):
         raise NotImplementedError
 
     def __call__(self, X1: Any, X2: Any | None = None) -> jax.Array:
+        """The matrix φ(‖x − x'‖) between the rows of X1 and X2, shape (N1, N2).
+
+        Args:
+            X1: (N1, D) or (N1,) inputs.
+            X2: (N2, D) or (N2,) inputs; None: X1.
+        """
         X2 = X1 if X2 is None else X2
         return self.radial(scaled_sqdist(X1, X2, 1.0))
 
     def diag(self, X: Any) -> jax.Array:
+        """φ(0) = 0 at every row of X, shape (N,): the diagonal of the Gram matrix.
+
+        Args:
+            X: (N, D) or (N,) inputs.
+        """
         X = as_2d(X)
         return jnp.zeros(X.shape[:1], dtype=jnp.result_type(X, float))
 
@@ -108,6 +120,11 @@ class Cubic(Polyharmonic):
     """Cubic spline φ(r) = r³, conditionally positive definite of order 2 in every dimension ([2] ch. 8)."""
 
     def radial(self, r2: jax.Array) -> jax.Array:
+        """φ = r³, computed as r² √r² (a zero gradient at r² = 0).
+
+        Args:
+            r2: squared distances r², any shape (the result has the same).
+        """
         return r2 * safe_sqrt(r2)
 
 
@@ -118,6 +135,11 @@ class ThinPlate(Polyharmonic):
     """
 
     def radial(self, r2: jax.Array) -> jax.Array:
+        """φ = r² log r, computed as ½ r² log r², and 0 at r² = 0 (value and gradient).
+
+        Args:
+            r2: squared distances r², any shape (the result has the same).
+        """
         positive = r2 > 0
         return jnp.where(positive, 0.5 * r2 * jnp.log(jnp.where(positive, r2, 1.0)), 0.0)
 

@@ -237,6 +237,11 @@ class Kernel:
     __array_ufunc__ = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Register the subclass as a JAX pytree: ``params`` its children, ``static`` its aux data.
+
+        Args:
+            **kwargs: passed on to ``object.__init_subclass__``.
+        """
         super().__init_subclass__(**kwargs)
         jax.tree_util.register_pytree_with_keys(
             cls,
@@ -271,9 +276,20 @@ class Kernel:
             object.__setattr__(self, name, jnp.asarray(value) if is_concrete(value) else value)
 
     def __setattr__(self, name: str, value: Any) -> None:
+        """Always raise ``AttributeError``: kernels are immutable (:meth:`replace` makes a changed copy).
+
+        Args:
+            name: the attribute's name.
+            value: the value that would have been set.
+        """
         raise AttributeError(f"{type(self).__name__} is immutable; use .replace({name}=...)")
 
     def __delattr__(self, name: str) -> None:
+        """Always raise ``AttributeError``: kernels are immutable.
+
+        Args:
+            name: the attribute's name.
+        """
         raise AttributeError(f"{type(self).__name__} is immutable; cannot delete {name}")
 
     def replace(self, **values: Any) -> Kernel:
@@ -283,6 +299,12 @@ class Kernel:
         return type(self)(**current)
 
     def __call__(self, X1: Any, X2: Any | None = None) -> jax.Array:
+        """The Gram matrix k(X1, X2), shape (N1, N2).
+
+        Args:
+            X1: (N1, D) or (N1,) inputs.
+            X2: (N2, D) or (N2,) inputs; None: X1.
+        """
         raise NotImplementedError
 
     def diag(self, X: Any) -> jax.Array:
@@ -304,6 +326,11 @@ class Kernel:
         return self(Z, X)
 
     def __add__(self, other: Kernel) -> Sum:
+        """``k1 + k2``, their :class:`Sum`.
+
+        Args:
+            other: the kernel to add.
+        """
         return Sum(self, other)
 
     def __mul__(self, other: Kernel | Any) -> Product | Scaled:
@@ -328,6 +355,7 @@ class Kernel:
         return ActiveDims(self, dims)
 
     def __repr__(self) -> str:
+        """``Name(param=value, …)``, with the hyperparameters' values as (nested) lists."""
         fields = ", ".join(f"{p}={np.asarray(getattr(self, p)).tolist()!r}" for p in self.params)
         return f"{type(self).__name__}({fields})"
 
@@ -365,6 +393,11 @@ class SquaredExponential(Stationary):
     description = "squared exponential (RBF), ARD lengthscales when D > 1"
 
     def profile(self, r2: jax.Array) -> jax.Array:
+        """g(r²) = exp(−r²/2).
+
+        Args:
+            r2: scaled squared distances r², any shape (the result has the same).
+        """
         return jnp.exp(-0.5 * r2)
 
 
@@ -375,6 +408,11 @@ class Exponential(Stationary):
     description = "exponential (Matérn 1/2)"
 
     def profile(self, r2: jax.Array) -> jax.Array:
+        """g(r²) = exp(−r), with r = √r² taken through :func:`safe_sqrt`.
+
+        Args:
+            r2: scaled squared distances r², any shape (the result has the same).
+        """
         return jnp.exp(-safe_sqrt(r2))
 
 
@@ -385,6 +423,11 @@ class Matern32(Stationary):
     description = "Matérn 3/2, ARD lengthscales when D > 1"
 
     def profile(self, r2: jax.Array) -> jax.Array:
+        """g(r²) = (1 + √3 r) exp(−√3 r).
+
+        Args:
+            r2: scaled squared distances r², any shape (the result has the same).
+        """
         r = _SQRT3 * safe_sqrt(r2)
         return (1.0 + r) * jnp.exp(-r)
 
@@ -396,6 +439,11 @@ class Matern52(Stationary):
     description = "Matérn 5/2, ARD lengthscales when D > 1"
 
     def profile(self, r2: jax.Array) -> jax.Array:
+        """g(r²) = (1 + √5 r + 5r²/3) exp(−√5 r).
+
+        Args:
+            r2: scaled squared distances r², any shape (the result has the same).
+        """
         r = _SQRT5 * safe_sqrt(r2)
         return (1.0 + r + (5.0 / 3.0) * r2) * jnp.exp(-r)
 
@@ -414,6 +462,13 @@ class RationalQuadratic(Stationary):
     description = "rational quadratic (a mixture of SE lengthscales) with a sampled shape alpha"
 
     def __init__(self, lengthscale: Any = 1.0, variance: Any = 1.0, alpha: Any = 1.0) -> None:
+        """A rational quadratic kernel; concrete hyperparameters must be finite and > 0.
+
+        Args:
+            lengthscale: ℓ, a scalar or one value per input dimension.
+            variance: s², the amplitude.
+            alpha: α, the shape, a scalar.
+        """
         self._set(lengthscale=lengthscale, variance=variance, alpha=alpha)
 
     @classmethod
@@ -426,6 +481,11 @@ class RationalQuadratic(Stationary):
         return {**super().default_priors(scales), "alpha": dist.LogNormal(0.0, 1.0)}
 
     def profile(self, r2: jax.Array) -> jax.Array:
+        """g(r²) = (1 + r²/(2α))^(−α), computed as exp(−α log1p(r²/(2α))).
+
+        Args:
+            r2: scaled squared distances r², any shape (the result has the same).
+        """
         return jnp.exp(-self.alpha * jnp.log1p(r2 * (0.5 / self.alpha)))
 
 
@@ -442,6 +502,11 @@ class InverseMultiquadric(Stationary):
     description = "inverse multiquadric 1/√(1 + r²) (heavy-tailed correlations), ARD when D > 1"
 
     def profile(self, r2: jax.Array) -> jax.Array:
+        """g(r²) = (1 + r²)^(−1/2).
+
+        Args:
+            r2: scaled squared distances r², any shape (the result has the same).
+        """
         return jax.lax.rsqrt(1.0 + r2)
 
 
@@ -461,6 +526,13 @@ class Periodic(Kernel):
     description = "periodic (MacKay) with a sampled period"
 
     def __init__(self, lengthscale: Any = 1.0, variance: Any = 1.0, period: Any = 1.0) -> None:
+        """A periodic kernel; concrete hyperparameters must be finite and > 0.
+
+        Args:
+            lengthscale: ℓ, relative to the period: a scalar or one value per input dimension.
+            variance: s², the amplitude.
+            period: p, a scalar or one value per input dimension.
+        """
         self._set(lengthscale=lengthscale, variance=variance, period=period)
 
     @classmethod
@@ -477,6 +549,12 @@ class Periodic(Kernel):
         }
 
     def __call__(self, X1: Any, X2: Any | None = None) -> jax.Array:
+        """The Gram matrix s² exp(−2 Σ_d sin²(π (x_d − x'_d) / p_d) / ℓ_d²), shape (N1, N2).
+
+        Args:
+            X1: (N1, D) or (N1,) inputs.
+            X2: (N2, D) or (N2,) inputs; None: X1.
+        """
         X1 = as_2d(X1)
         X2 = X1 if X2 is None else as_2d(X2)
         D = X1.shape[-1]
@@ -491,6 +569,11 @@ class Periodic(Kernel):
         return self.variance * jnp.exp(-2.0 * jnp.sum(scaled * scaled, axis=0))
 
     def diag(self, X: Any) -> jax.Array:
+        """k(x, x) = s² at every row of X, shape (N,).
+
+        Args:
+            X: (N, D) or (N,) inputs.
+        """
         return _variance_diag(self.variance, X)
 
 
@@ -514,14 +597,31 @@ class Linear(Kernel):
     nonnegative = ("offset",)
 
     def __init__(self, variance: Any = 1.0, offset: Any = 0.0) -> None:
+        """A linear kernel; ``variance`` must be finite and > 0, ``offset`` finite and ≥ 0 (when concrete).
+
+        Args:
+            variance: s², the prior variance of the slopes: a scalar or one value per input dimension.
+            offset: c, the prior variance of the intercept.
+        """
         self._set(variance=variance, offset=offset)
 
     def __call__(self, X1: Any, X2: Any | None = None) -> jax.Array:
+        """The Gram matrix X1 diag(s²) X2ᵀ + c, shape (N1, N2).
+
+        Args:
+            X1: (N1, D) or (N1,) inputs.
+            X2: (N2, D) or (N2,) inputs; None: X1.
+        """
         X1 = as_2d(X1)
         X2 = X1 if X2 is None else as_2d(X2)
         return (X1 * self.variance) @ X2.T + self.offset
 
     def diag(self, X: Any) -> jax.Array:
+        """k(x, x) = Σ_d s_d² x_d² + c at every row of X, shape (N,).
+
+        Args:
+            X: (N, D) or (N,) inputs.
+        """
         X = as_2d(X)
         return jnp.sum(X * self.variance * X, axis=-1) + self.offset
 
@@ -543,6 +643,12 @@ class Constant(_VarianceOnly):
     """Constant kernel k(x, x') = c: a random offset b ~ N(0, c) shared by all inputs (§4.2.2 of [1])."""
 
     def __call__(self, X1: Any, X2: Any | None = None) -> jax.Array:
+        """c at every pair of rows, shape (N1, N2), in the result type of the inputs and c.
+
+        Args:
+            X1: (N1, D) or (N1,) inputs.
+            X2: (N2, D) or (N2,) inputs; None: X1.
+        """
         X1 = as_2d(X1)
         X2 = X1 if X2 is None else as_2d(X2)
         dtype = jnp.result_type(X1, X2, self.variance)
@@ -563,6 +669,12 @@ class WhiteNoise(_VarianceOnly):
     """
 
     def __call__(self, X1: Any, X2: Any | None = None) -> jax.Array:
+        """s² where a row of X1 equals a row of X2 in every coordinate, else 0; shape (N1, N2).
+
+        Args:
+            X1: (N1, D) or (N1,) inputs.
+            X2: (N2, D) or (N2,) inputs; None: X1.
+        """
         X1 = as_2d(X1)
         X2 = X1 if X2 is None else as_2d(X2)
         equal = jnp.all(X1[:, None, :] == X2[None, :, :], axis=-1)
@@ -594,9 +706,20 @@ class Sum(_Composite):
     """k(x, x') = k1(x, x') + k2(x, x')."""
 
     def __call__(self, X1: Any, X2: Any | None = None) -> jax.Array:
+        """k1(X1, X2) + k2(X1, X2), shape (N1, N2).
+
+        Args:
+            X1: (N1, D) or (N1,) inputs.
+            X2: (N2, D) or (N2,) inputs; None: X1.
+        """
         return self.k1(X1, X2) + self.k2(X1, X2)
 
     def diag(self, X: Any) -> jax.Array:
+        """k1.diag(X) + k2.diag(X), shape (N,).
+
+        Args:
+            X: (N, D) or (N,) inputs.
+        """
         return self.k1.diag(X) + self.k2.diag(X)
 
 
@@ -604,9 +727,20 @@ class Product(_Composite):
     """k(x, x') = k1(x, x') · k2(x, x')."""
 
     def __call__(self, X1: Any, X2: Any | None = None) -> jax.Array:
+        """k1(X1, X2) · k2(X1, X2) elementwise, shape (N1, N2).
+
+        Args:
+            X1: (N1, D) or (N1,) inputs.
+            X2: (N2, D) or (N2,) inputs; None: X1.
+        """
         return self.k1(X1, X2) * self.k2(X1, X2)
 
     def diag(self, X: Any) -> jax.Array:
+        """k1.diag(X) · k2.diag(X), shape (N,).
+
+        Args:
+            X: (N, D) or (N,) inputs.
+        """
         return self.k1.diag(X) * self.k2.diag(X)
 
 
@@ -623,6 +757,12 @@ class Scaled(Kernel):
     positive = ("scale",)
 
     def __init__(self, kernel: Kernel, scale: Any) -> None:
+        """c · k0; ``TypeError`` unless ``kernel`` is a Kernel, ``ValueError`` unless ``scale`` is a scalar.
+
+        Args:
+            kernel: k0.
+            scale: c, a positive scalar (a number, a 0-d array or a traced value).
+        """
         if not isinstance(kernel, Kernel):
             raise TypeError(f"Scaled: kernel must be a Kernel, got {type(kernel).__name__}")
         if np.ndim(scale) != 0:
@@ -631,18 +771,41 @@ class Scaled(Kernel):
         self._set(scale=scale)
 
     def __call__(self, X1: Any, X2: Any | None = None) -> jax.Array:
+        """c · k0(X1, X2), shape (N1, N2).
+
+        Args:
+            X1: (N1, D) or (N1,) inputs.
+            X2: (N2, D) or (N2,) inputs; None: X1.
+        """
         return self.scale * self.kernel(X1, X2)
 
     def diag(self, X: Any) -> jax.Array:
+        """c · k0.diag(X), shape (N,).
+
+        Args:
+            X: (N, D) or (N,) inputs.
+        """
         return self.scale * self.kernel.diag(X)
 
     def inducing_gram(self, Z: Any) -> jax.Array:
+        """c times k0's K_uu at Z, shape (M, M).
+
+        Args:
+            Z: (M, D) or (M,) inducing inputs.
+        """
         return self.scale * self.kernel.inducing_gram(Z)
 
     def inducing_cross(self, Z: Any, X: Any) -> jax.Array:
+        """c times k0's K_uf between Z and X, shape (M, N).
+
+        Args:
+            Z: (M, D) or (M,) inducing inputs.
+            X: (N, D) or (N,) inputs.
+        """
         return self.scale * self.kernel.inducing_cross(Z, X)
 
     def __repr__(self) -> str:
+        """``Scaled(k0, scale=c)``."""
         return f"Scaled({self.kernel!r}, scale={np.asarray(self.scale).tolist()!r})"
 
 
@@ -664,6 +827,12 @@ class ActiveDims(Kernel):
     static = ("dims",)
 
     def __init__(self, kernel: Kernel, dims: int | Sequence[int]) -> None:
+        """k0 on the columns ``dims``; ``TypeError`` for a non-kernel, ``ValueError`` for invalid ``dims``.
+
+        Args:
+            kernel: k0.
+            dims: a column index or a non-empty sequence of distinct ones (negative ones count from the end).
+        """
         if not isinstance(kernel, Kernel):
             raise TypeError(f"ActiveDims: kernel must be a Kernel, got {type(kernel).__name__}")
         seq = (dims,) if isinstance(dims, int | np.integer) else tuple(dims)
@@ -688,18 +857,41 @@ class ActiveDims(Kernel):
         return X[:, np.asarray(self.dims)]
 
     def __call__(self, X1: Any, X2: Any | None = None) -> jax.Array:
+        """k0 on the selected columns of X1 and X2, shape (N1, N2); ``ValueError`` when a column is missing.
+
+        Args:
+            X1: (N1, D) or (N1,) inputs.
+            X2: (N2, D) or (N2,) inputs; None: X1.
+        """
         return self.kernel(self._select(X1), None if X2 is None else self._select(X2))
 
     def diag(self, X: Any) -> jax.Array:
+        """k0's diagonal on the selected columns of X, shape (N,).
+
+        Args:
+            X: (N, D) or (N,) inputs.
+        """
         return self.kernel.diag(self._select(X))
 
     def inducing_gram(self, Z: Any) -> jax.Array:
+        """k0's K_uu on the selected columns of Z, shape (M, M).
+
+        Args:
+            Z: (M, D) or (M,) inducing inputs.
+        """
         return self.kernel.inducing_gram(self._select(Z))
 
     def inducing_cross(self, Z: Any, X: Any) -> jax.Array:
+        """k0's K_uf on the selected columns of Z and X, shape (M, N).
+
+        Args:
+            Z: (M, D) or (M,) inducing inputs.
+            X: (N, D) or (N,) inputs.
+        """
         return self.kernel.inducing_cross(self._select(Z), self._select(X))
 
     def __repr__(self) -> str:
+        """``ActiveDims(k0, dims=[...])``."""
         return f"ActiveDims({self.kernel!r}, dims={list(self.dims)!r})"
 
 
@@ -751,6 +943,13 @@ class Additive(Kernel):
     static = ("names", "sizes")
 
     def __init__(self, components: Any, sizes: Any) -> None:
+        """An additive network's kernel; ``ValueError`` (``TypeError`` for a component) when malformed.
+
+        Args:
+            components: {name: kernel}, non-empty, in block order; names are identifiers, kernels are not
+                :class:`Additive` themselves.
+            sizes: {name: M_c} for the same names, or a sequence of M_c ≥ 1 in component order.
+        """
         if not isinstance(components, dict) or not components:
             raise ValueError(
                 "Additive: components must be a non-empty dict {name: kernel}, got "
@@ -819,26 +1018,51 @@ class Additive(Kernel):
         return [Z[self.block(n)] for n in self.names]
 
     def __call__(self, X1: Any, X2: Any | None = None) -> jax.Array:
+        """Σ_c k_c(X1, X2), the Gram matrix of the components' sum, shape (N1, N2).
+
+        Args:
+            X1: (N1, D) or (N1,) inputs.
+            X2: (N2, D) or (N2,) inputs; None: X1.
+        """
         total = self.components[0](X1, X2)
         for k in self.components[1:]:
             total = total + k(X1, X2)
         return total
 
     def diag(self, X: Any) -> jax.Array:
+        """Σ_c k_c.diag(X), shape (N,).
+
+        Args:
+            X: (N, D) or (N,) inputs.
+        """
         total = self.components[0].diag(X)
         for k in self.components[1:]:
             total = total + k.diag(X)
         return total
 
     def inducing_gram(self, Z: Any) -> jax.Array:
+        """blockdiag(k_c(Z_c, Z_c)), shape (M, M): the components' inducing values are independent.
+
+        Args:
+            Z: (M, D) stacked inducing inputs, M = Σ_c M_c, component c's rows at :meth:`block`;
+                ``ValueError`` when M differs.
+        """
         blocks = [k(Zc, Zc) for k, Zc in zip(self.components, self._blocks(Z), strict=True)]
         return jax.scipy.linalg.block_diag(*blocks)
 
     def inducing_cross(self, Z: Any, X: Any) -> jax.Array:
+        """The stacked k_c(Z_c, X), shape (M, N): one block of rows per component.
+
+        Args:
+            Z: (M, D) stacked inducing inputs, M = Σ_c M_c, component c's rows at :meth:`block`;
+                ``ValueError`` when M differs.
+            X: (N, D) or (N,) inputs.
+        """
         blocks = [k(Zc, X) for k, Zc in zip(self.components, self._blocks(Z), strict=True)]
         return jnp.concatenate(blocks, axis=0)
 
     def __repr__(self) -> str:
+        """``Additive(name=kernel [M_c], …)``, the components in block order with their sizes."""
         parts = ", ".join(
             f"{n}={k!r} [{m}]" for n, k, m in zip(self.names, self.components, self.sizes, strict=True)
         )

@@ -298,6 +298,15 @@ class Checkpoint:
     """
 
     def __init__(self, folder: str | os.PathLike[str], arrays: Any, settings: Mapping[str, Any], total: int):
+        """The checkpoint of one run in ``folder``; nothing is read or written until :meth:`resume`.
+
+        Args:
+            folder: the folder (created when missing; must be empty, absent, or hold a checkpoint of this
+                run).
+            arrays: the run's array inputs (data and prior parameters), hashed into its fingerprint.
+            settings: the run's JSON-able settings (sampler, model), part of its fingerprint.
+            total: iterations of the whole run (warm-up and draws).
+        """
         self.folder = Path(folder)
         self.fingerprint = fingerprint(arrays, settings)
         self.total = int(total)

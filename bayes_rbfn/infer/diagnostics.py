@@ -57,6 +57,7 @@ class ConvergenceReport:
 
     @property
     def ok(self) -> bool:
+        """Whether no diagnostic found a problem (``problems`` is empty)."""
         return not self.problems
 
     def verdict(self) -> str:

@@ -115,6 +115,11 @@ class SamplerSettings:
     chunk_size: int = DEFAULT_CHUNK_SIZE
 
     def __post_init__(self) -> None:
+        """Check every setting's type and range.
+
+        Raises:
+            ValueError: naming the first setting out of range.
+        """
         for name in ("chains", "draws", "warmup", "max_tree_depth", "chunk_size"):
             check_positive_int(getattr(self, name), name)
         if self.max_tree_depth > MAX_TREE_DEPTH:

@@ -79,6 +79,14 @@ class Dataset:
     likelihood: str = "gaussian"
 
     def __post_init__(self) -> None:
+        """Check the shapes and group codes; store the arrays read-only, float64 (``group`` int64).
+
+        A 1-D ``X`` (or ``X_test``) becomes one column; names become tuples of strings.
+
+        Raises:
+            ValueError: an array of the wrong shape, not one name in ``x_names`` per column, ``group``
+                without ``group_names`` (or the reverse), or a group code outside 0..G−1.
+        """
         X = _frozen_array(self.X, np.float64)
         if X.ndim == 1:
             X = _frozen_array(X[:, None], np.float64)
@@ -123,6 +131,7 @@ class Dataset:
         return 0 if self.group_names is None else len(self.group_names)
 
     def __repr__(self) -> str:
+        """``Dataset(name=..., X=(N, D), y=(N,), …, dropped=...)``: the arrays' shapes, not their values."""
         parts = [f"name={self.name!r}", f"X={self.X.shape}", f"y={self.y.shape}"]
         if self.group_names is not None:
             parts.append(f"groups={len(self.group_names)}")
