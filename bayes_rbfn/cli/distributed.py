@@ -122,6 +122,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         X, y, names, X_pred, test = _load(args, rank)
         from bayes_rbfn.infer.fitting import fit
         from bayes_rbfn.infer.sampler import ProcessLostError
+        from bayes_rbfn.workflows import planning
 
         checkpoint = Path(f"{args.out}.checkpoint")
         console.say(
@@ -136,14 +137,14 @@ def run(args: argparse.Namespace, console: Console) -> int:
                 shard=True,
                 X_pred=X_pred,
                 num_inducing=args.num_inducing,
-                kernel=args.kernel or "se",
+                kernel=args.kernel or planning.DEFAULT_KERNEL,
                 chains=args.chains,
                 warmup=args.warmup,
                 draws=args.draws,
                 seed=args.seed,
                 target_accept=args.target_accept,
                 dense_mass=args.dense_mass,
-                max_tree_depth=args.max_tree_depth or None,
+                max_tree_depth=args.max_tree_depth or planning.DEFAULT_MAX_TREE_DEPTH,
                 progress=rank == 0 and not args.quiet,
                 checkpoint=checkpoint,
                 chunk_size=args.checkpoint_every,
@@ -177,8 +178,12 @@ def _load(args: argparse.Namespace, rank: int) -> tuple[Any, Any, list[str], np.
         X_pred = test.X
     elif data.X.shape[1] == 1:
         summary = data_summary(data.X, data.y)
-        lo, hi = float(summary.x_min[0]), float(summary.x_max[0])
-        X_pred = np.linspace(lo, hi + args.x_pred_extend * (hi - lo), planning.GRID_POINTS)[:, None]
+        try:
+            X_pred = planning.prediction_grid(
+                float(summary.x_min[0]), float(summary.x_max[0]), args.x_pred_extend
+            )
+        except ValueError as err:
+            raise UserError(f"--{err}") from None
     else:
         raise UserError("--test: with several inputs, give the prediction inputs as a test file")
     return data.X, data.y, list(data.x_names), X_pred, test

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 
-__all__ = ["DataScales", "data_scales", "lengthscale_prior", "variance_prior"]
+__all__ = ["DataScales", "data_scales", "lengthscale_prior", "scales_from", "variance_prior"]
 
 
 @dataclass(frozen=True)
@@ -48,13 +48,28 @@ class DataScales:
 
 
 def data_scales(X: Any, y: Any) -> DataScales:
-    """Scales of concrete (N, D) inputs and (N,) targets; degenerate spreads fall back to 1."""
+    """Scales of concrete (N, D) inputs and (N,) targets (:func:`scales_from`)."""
     X = np.asarray(X, dtype=float)
     y = np.asarray(y, dtype=float)
-    rng = np.ptp(X, axis=0)
-    rng = np.where(rng > 0, rng, 1.0)
-    sd = float(np.std(y)) if y.size > 1 else 1.0
-    return DataScales(input_range=rng, y_sd=sd if sd > 0 else 1.0, input_dim=X.shape[1])
+    return scales_from(np.ptp(X, axis=0), float(np.std(y)) if y.size > 1 else 1.0)
+
+
+def scales_from(input_range: Any, y_sd: float) -> DataScales:
+    """:class:`DataScales` from each input column's spread and the targets' sd; a spread of 0 falls back to 1.
+
+    Args:
+        input_range: (D,) the spread (max − min) of each input column.
+        y_sd: the standard deviation of the targets.
+
+    Returns:
+        The scales the default priors follow.
+    """
+    input_range = np.asarray(input_range, dtype=float)
+    return DataScales(
+        input_range=np.where(input_range > 0, input_range, 1.0),
+        y_sd=y_sd if y_sd > 0 else 1.0,
+        input_dim=input_range.size,
+    )
 
 
 def lengthscale_prior(

@@ -40,8 +40,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayes_rbfn.gp.streaming import to_host
-from bayes_rbfn.infer.processes import writes_files
+from bayes_rbfn.gp.validation import is_concrete
+from bayes_rbfn.infer.processes import gathered_digest, writes_files
 from bayes_rbfn.io.output import atomic_write_bytes
 
 __all__ = [
@@ -87,9 +87,13 @@ def fingerprint(arrays: Any, settings: Mapping[str, Any]) -> dict:
     """
     digest = hashlib.sha256()
     for leaf in jax.tree_util.tree_leaves(arrays):
-        a = np.ascontiguousarray(to_host(leaf))
-        digest.update(str((a.dtype.str, a.shape)).encode())
-        digest.update(a.tobytes())
+        if is_concrete(leaf):
+            a = np.ascontiguousarray(np.asarray(leaf))
+            digest.update(str((a.dtype.str, a.shape)).encode())
+            digest.update(a.tobytes())
+        else:  # rows spread over processes: each hashes its own, and the digests are combined in order
+            digest.update(str((leaf.dtype.str, leaf.shape)).encode())
+            digest.update(gathered_digest(leaf))
     return {"inputs_sha256": digest.hexdigest(), **json.loads(json.dumps(dict(settings), sort_keys=True))}
 
 

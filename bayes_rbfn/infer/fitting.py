@@ -27,6 +27,7 @@ import numpyro.distributions as dist
 from bayes_rbfn.defaults import DEFAULT_NUM_INDUCING, INITS, MAP_SEARCH_POINTS
 from bayes_rbfn.defaults import default_num_inducing as num_inducing_for
 from bayes_rbfn.gp.inducing import select_inducing
+from bayes_rbfn.gp.priors import scales_from
 from bayes_rbfn.gp.streaming import check_precision, to_host
 from bayes_rbfn.gp.validation import (
     INPUT_SCALES,
@@ -55,7 +56,7 @@ from bayes_rbfn.infer.sampler import SamplerSettings, nuts_kernel, resolve_init,
 from bayes_rbfn.infer.schema import carry, kernel_kind, posterior_params, rebuild
 from bayes_rbfn.models import ModelConfig, ModelSpec, get_model, model_specs
 from bayes_rbfn.models.distributions import deferred_loo
-from bayes_rbfn.models.families import DataScales, data_scales, get_family
+from bayes_rbfn.models.families import data_scales, get_family
 from bayes_rbfn.models.layout import Layout
 from bayes_rbfn.models.likelihoods import Likelihood, get_likelihood
 from bayes_rbfn.runtime import available_memory, single_threaded_blas
@@ -432,8 +433,7 @@ def build_model(
             )
         if spread and (callable(mean) or (isinstance(mean, str) and mean == "linear")):
             raise ValueError("mean: with the data spread over processes the prior mean is a constant")
-        width = summary.x_max - summary.x_min
-        scales = DataScales(np.where(width > 0, width, 1.0), summary.y_sd or 1.0, X.shape[1])
+        scales = scales_from(summary.x_max - summary.x_min, summary.y_sd)
         if isinstance(mean, str) and mean == "constant":
             offset = summary.y_mean
         if spread and Z is None:

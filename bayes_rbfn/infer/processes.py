@@ -33,6 +33,7 @@ __all__ = [
     "common_subsample",
     "data_summary",
     "exact_mean",
+    "gathered_digest",
     "spread_over_processes",
     "writes_files",
 ]
@@ -161,6 +162,27 @@ def data_summary(X: np.ndarray, y: np.ndarray) -> DataSummary:
     )
 
 
+def _digest(a: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(a)
+    return np.frombuffer(
+        hashlib.sha256(str((a.dtype.str, a.shape)).encode() + a.tobytes()).digest(), np.uint8
+    )
+
+
+def gathered_digest(value: jax.Array) -> bytes:
+    """A SHA-256 of a global array whose rows are spread over processes, each hashing only its own rows.
+
+    Args:
+        value: a global array (:func:`bayes_rbfn.gp.streaming.process_rows`).
+
+    Returns:
+        The digest of every process's digest, in process order: the same in every process.
+    """
+    shards = sorted(value.addressable_shards, key=lambda shard: shard.index[0].start or 0)
+    mine = _digest(np.concatenate([np.asarray(shard.data) for shard in shards]))
+    return hashlib.sha256(_gathered(mine).tobytes()).digest()
+
+
 def check_same(value: Any, name: str) -> None:
     """Raise unless ``value`` is the same array in every process (the inputs every process must share).
 
@@ -171,9 +193,7 @@ def check_same(value: Any, name: str) -> None:
     Raises:
         ValueError: the processes hold different values.
     """
-    a = np.ascontiguousarray(np.asarray(value, dtype=np.float64))
-    digest = hashlib.sha256(str(a.shape).encode() + a.tobytes()).digest()
-    digests = _gathered(np.frombuffer(digest, dtype=np.uint8))
+    digests = _gathered(_digest(np.asarray(value, dtype=np.float64)))
     if np.any(digests != digests[0]):
         raise ValueError(f"{name}: differs between the processes; give every process the same {name}")
 

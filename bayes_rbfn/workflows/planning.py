@@ -37,6 +37,7 @@ __all__ = [
     "default_model",
     "keep_groups",
     "pool_groups",
+    "prediction_grid",
     "prediction_inputs",
     "train_test_split",
 ]
@@ -136,6 +137,23 @@ def keep_groups(data: Dataset, max_groups: int | None) -> Dataset:
     )
 
 
+def prediction_grid(lo: float, hi: float, extend: float) -> np.ndarray:
+    """(GRID_POINTS, 1) inputs from ``lo`` to ``extend`` × (hi − lo) past ``hi``: one input's prediction grid.
+
+    Args:
+        lo: the smallest input.
+        hi: the largest input.
+        extend: how far past ``hi`` to reach, as a fraction of the range.
+
+    Returns:
+        The grid, as a column.
+
+    Raises:
+        ValueError: naming x_pred_extend, when the grid's end is past what float64 carries through the model.
+    """
+    return np.linspace(lo, _grid_end(lo, hi, extend), GRID_POINTS)[:, None]
+
+
 def prediction_inputs(data: Dataset, extend: float) -> tuple[np.ndarray, np.ndarray | None]:
     """X_pred (and its group codes): a grid over the data for one input, else the training inputs.
 
@@ -146,8 +164,7 @@ def prediction_inputs(data: Dataset, extend: float) -> tuple[np.ndarray, np.ndar
     if X.shape[1] > 1:
         return X.copy(), None if data.group is None else data.group.copy()
     if data.group is None:
-        lo, hi = float(X.min()), float(X.max())
-        return np.linspace(lo, _grid_end(lo, hi, extend), GRID_POINTS)[:, None], None
+        return prediction_grid(float(X.min()), float(X.max()), extend), None
     per_group = int(np.clip(5000 // data.num_groups, *GROUP_GRID_POINTS))
     blocks, codes = [], []
     for g in range(data.num_groups):
