@@ -137,10 +137,9 @@ def run_cli(name: str, k: int, work: Path, cache: Path, extra: list[str]) -> dic
             f"{name} split {k}: bayes-rbfn fit exited {done.returncode}:\n{done.stderr[-3000:]}"
         )
     scores = pd.read_csv(folder / "fit" / "test_scores.csv").iloc[0]
-    report = (folder / "fit" / "report.md").read_text() if (folder / "fit" / "report.md").exists() else ""
-    model = next(
-        (line.split(":", 1)[1].strip() for line in report.splitlines() if line.startswith("Model:")), ""
-    )
+    # The report's first line: "bayes-rbfn fit: vfe model, se kernel, M = 128 inducing inputs".
+    report = (folder / "fit" / "report.txt").read_text().splitlines()
+    model = report[0].split(":", 1)[1].strip() if report else ""
     return {
         "n_train": X.shape[0],
         "n_test": X_test.shape[0],

@@ -63,6 +63,8 @@ from bayes_rbfn.cli.resume import (
     start_partial,
 )
 from bayes_rbfn.defaults import (
+    ACCELERATOR_INDUCING_WORK,
+    ACCELERATOR_MAX_NUM_INDUCING,
     DEFAULT_NUM_INDUCING,
     DENSE_MASS_MAX_PARAMS,
     EXACT_MAX_POINTS,
@@ -159,7 +161,8 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
         "co2 for the co2 data set, else " + DEFAULT_KERNEL,
         f"min({DEFAULT_NUM_INDUCING}, distinct inputs) for one input or the rbfn model; with several inputs "
         f"the largest multiple of 32 up to {MAX_NUM_INDUCING} with N·M² ≤ {INDUCING_WORK:,}, at least "
-        f"{DEFAULT_NUM_INDUCING}",
+        f"{DEFAULT_NUM_INDUCING} (on a GPU up to {ACCELERATOR_MAX_NUM_INDUCING} with N·M² ≤ "
+        f"{ACCELERATOR_INDUCING_WORK:,})",
     )
     sampler_arguments(parser)
 

@@ -78,6 +78,7 @@ __all__ = [
     "cho_solve",
     "cholesky",
     "default_jitter",
+    "dense_gaussian_logpdf",
     "finite_or_neg_inf",
     "full_precision",
     "gaussian_logpdf_from_chol",
@@ -225,6 +226,42 @@ def gaussian_logpdf_from_chol(L: jax.Array, r: jax.Array) -> jax.Array:
     w = solve_lower(L, r)
     n = r.shape[-1]
     return -0.5 * (jnp.sum(w * w) + logdet_from_chol(L) + n * _LOG_2PI)
+
+
+@jax.custom_vjp
+def dense_gaussian_logpdf(C: jax.Array, r: jax.Array) -> jax.Array:
+    """log N(r | 0, C) for a dense (n, n) covariance C, through its Cholesky factor, with a written gradient.
+
+    The value is :func:`gaussian_logpdf_from_chol` of chol(C) (eq. (2.30) of [3]). The gradient is the
+    closed form ∂/∂C = ½(ααᵀ − C⁻¹), ∂/∂r = −α with α = C⁻¹r (eq. (5.9) of [3]), C⁻¹ = L⁻ᵀL⁻¹ from one
+    triangular solve against I and one product (as LAPACK's ``potri``): about a third of the work of
+    differentiating through the factorisation and its solves. A failed factorisation gives NaN (callers
+    map it to -inf with :func:`finite_or_neg_inf`).
+
+    Args:
+        C: (n, n) symmetric positive definite covariance.
+        r: (n,) residual.
+
+    Returns:
+        The scalar log density.
+    """
+    return gaussian_logpdf_from_chol(jnp.linalg.cholesky(C), r)
+
+
+def _dense_gaussian_logpdf_fwd(C: jax.Array, r: jax.Array) -> tuple[jax.Array, tuple]:
+    L = jnp.linalg.cholesky(C)
+    return gaussian_logpdf_from_chol(L, r), (L, r)
+
+
+def _dense_gaussian_logpdf_bwd(residuals: tuple, g: jax.Array) -> tuple[jax.Array, jax.Array]:
+    L, r = residuals
+    Linv = solve_lower(L, jnp.eye(L.shape[-1], dtype=L.dtype))
+    alpha = Linv.T @ (Linv @ r)
+    C_inv = Linv.T @ Linv
+    return 0.5 * g * (jnp.outer(alpha, alpha) - C_inv), -g * alpha
+
+
+dense_gaussian_logpdf.defvjp(_dense_gaussian_logpdf_fwd, _dense_gaussian_logpdf_bwd)
 
 
 class Woodbury(NamedTuple):

@@ -82,11 +82,17 @@ def default_num_inducing(X: Any, samples_weights: bool = False) -> int:
     """M for inputs X (N, D) when none is given, at most the distinct inputs.
 
     :func:`bayes_rbfn.defaults.default_num_inducing`: 64 for one input; with several, more where N is
-    small.
+    small, and more on an accelerator than on the CPU.
     """
     X = np.asarray(X)
     X = X[:, None] if X.ndim == 1 else X
-    return num_inducing_for(X.shape[0], X.shape[1], count_distinct_rows(X), samples_weights=samples_weights)
+    return num_inducing_for(
+        X.shape[0],
+        X.shape[1],
+        count_distinct_rows(X),
+        samples_weights=samples_weights,
+        accelerator=jax.default_backend() != "cpu",
+    )
 
 
 #: Draws per chain of the posterior_predictive group that fit() writes by default.

@@ -267,7 +267,8 @@ def choose_inducing(
         X: (N, D) the inputs the model is fitted to.
         num_inducing: M as asked for, or None for min(``default``, distinct inputs).
         default: the default M (a data set's own), or None for
-            :func:`bayes_rbfn.defaults.default_num_inducing` of N and D.
+            :func:`bayes_rbfn.defaults.default_num_inducing` of N and D (and of the device: more on an
+            accelerator).
         seed: k-means' seed.
         samples_weights: the model samples its weights (``rbfn``; see ``default_num_inducing``).
 
@@ -278,13 +279,21 @@ def choose_inducing(
         ValueError: ``num_inducing`` exceeds the distinct input values, or k-means cannot place M centres.
     """
     # Imported here: the command line imports this module before it has set JAX's process options.
+    import jax
+
     from bayes_rbfn.defaults import default_num_inducing
     from bayes_rbfn.gp.inducing import select_inducing
     from bayes_rbfn.gp.validation import count_distinct_rows
 
     distinct = count_distinct_rows(X)
     if default is None:
-        default = default_num_inducing(X.shape[0], X.shape[1], distinct, samples_weights=samples_weights)
+        default = default_num_inducing(
+            X.shape[0],
+            X.shape[1],
+            distinct,
+            samples_weights=samples_weights,
+            accelerator=jax.default_backend() != "cpu",
+        )
     if num_inducing is not None and num_inducing > distinct:
         raise ValueError(
             f"num_inducing {num_inducing} is more than the {distinct} distinct input value(s) of the fitted "

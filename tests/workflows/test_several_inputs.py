@@ -5,8 +5,8 @@ that does not depend on the units of any input column.
   past them; one input, packaged data sets, grouped data
   and non-Gaussian likelihoods keep their own defaults.
 * ``default_num_inducing``: with several inputs M is the largest multiple of 32 with N·M² within the
-  budget, clamped to [64, 256] and by the distinct inputs; one input and the rbfn model (whose weights
-  NUTS samples) keep 64.
+  budget, clamped to [64, 256] and by the distinct inputs (on an accelerator a larger budget, up to
+  512); one input and the rbfn model (whose weights NUTS samples) keep 64.
 * Units: multiplying an input column by c changes nothing but that lengthscale's units — with the
   default priors (scaled by each column's range) and the default inducing inputs (k-means on columns
   scaled by their spread), the log joint density at the correspondingly scaled lengthscale differs by
@@ -22,6 +22,8 @@ from numpyro.infer.util import log_density
 
 import bayes_rbfn
 from bayes_rbfn.defaults import (
+    ACCELERATOR_INDUCING_WORK,
+    ACCELERATOR_MAX_NUM_INDUCING,
     DEFAULT_NUM_INDUCING,
     EXACT_MAX_POINTS,
     INDUCING_WORK,
@@ -52,14 +54,33 @@ def test_default_model_follows_n_and_d(dataset, gaussian, grouped, N, D, expecte
     assert chosen == expected
 
 
-@pytest.mark.parametrize("N", [260, 400, 691, 927, 2000, 5000, 8611, 10**6])
-def test_default_num_inducing_is_the_largest_multiple_of_32_within_the_budget(N):
-    M = default_num_inducing(N, 8)
-    assert M % 32 == 0 and DEFAULT_NUM_INDUCING <= M <= MAX_NUM_INDUCING
+BUDGETS = {
+    "cpu": (False, INDUCING_WORK, MAX_NUM_INDUCING),
+    "accelerator": (True, ACCELERATOR_INDUCING_WORK, ACCELERATOR_MAX_NUM_INDUCING),
+}
+
+
+@pytest.mark.parametrize("device", BUDGETS)
+@pytest.mark.parametrize("N", [260, 400, 691, 927, 2000, 5000, 8611, 10**5, 10**6])
+def test_default_num_inducing_is_the_largest_multiple_of_32_within_the_budget(N, device):
+    accelerator, work, ceiling = BUDGETS[device]
+    M = default_num_inducing(N, 8, accelerator=accelerator)
+    if M == N:  # capped by the rows themselves
+        assert N < ceiling and N * N**2 <= work
+        return
+    assert M % 32 == 0 and DEFAULT_NUM_INDUCING <= M <= ceiling
     if DEFAULT_NUM_INDUCING < M:
-        assert N * M**2 <= INDUCING_WORK
-    if M < MAX_NUM_INDUCING:
-        assert N * (M + 32) ** 2 > INDUCING_WORK
+        assert N * M**2 <= work
+    if M < ceiling:
+        assert N * (M + 32) ** 2 > work
+
+
+def test_default_num_inducing_on_an_accelerator_gives_the_benchmarks_choice():
+    assert default_num_inducing(8611, 4, accelerator=True) == 512
+    assert default_num_inducing(7373, 8, accelerator=True) == 512
+    assert default_num_inducing(10**5, 8, accelerator=True) == 128
+    assert default_num_inducing(500, 1, accelerator=True) == DEFAULT_NUM_INDUCING
+    assert default_num_inducing(300, 5, accelerator=True) == 300
 
 
 def test_default_num_inducing_of_one_input_of_the_rbfn_and_of_few_points():
