@@ -234,9 +234,9 @@ def dense_gaussian_logpdf(C: jax.Array, r: jax.Array) -> jax.Array:
 
     The value is :func:`gaussian_logpdf_from_chol` of chol(C) (eq. (2.30) of [3]). The gradient is the
     closed form ∂/∂C = ½(ααᵀ − C⁻¹), ∂/∂r = −α with α = C⁻¹r (eq. (5.9) of [3]), C⁻¹ = L⁻ᵀL⁻¹ from one
-    triangular solve against I and one product (as LAPACK's ``potri``): about a third of the work of
-    differentiating through the factorisation and its solves. A failed factorisation gives NaN (callers
-    map it to -inf with :func:`finite_or_neg_inf`).
+    triangular solve against I and one product (as LAPACK's ``potri``), where differentiating through the
+    factorisation and its solves takes several triangular solves of that size. A failed factorisation
+    gives NaN (callers map it to -inf with :func:`finite_or_neg_inf`).
 
     Args:
         C: (n, n) symmetric positive definite covariance.
