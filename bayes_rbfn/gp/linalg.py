@@ -55,6 +55,7 @@ References
     non-factorized normal and Student-t models. Computational Statistics.
 [5] Gelman, A., Carlin, J. B., Stern, H. S., Dunson, D. B., Vehtari, A. & Rubin, D. B. (2013). *Bayesian
     Data Analysis*, 3rd ed. CRC Press.
+[6] Higham, N. J. (2002). *Accuracy and Stability of Numerical Algorithms*, 2nd ed. SIAM.
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ __all__ = [
     "loo_from_precision",
     "solve_lower",
     "solve_upper",
+    "triangular_inverse",
     "woodbury",
 ]
 
@@ -166,6 +168,38 @@ def solve_upper(L: jax.Array, B: jax.Array) -> jax.Array:
     return jsl.solve_triangular(L, B, lower=True, trans="T")
 
 
+#: Order at and below which :func:`triangular_inverse` solves against I instead of splitting further.
+TRIANGULAR_INVERSE_LEAF = 32
+
+
+def triangular_inverse(L: jax.Array) -> jax.Array:
+    """L⁻¹ for lower-triangular L (..., n, n), by 2×2 blocks: the recursive method of §14.2.2 of [6].
+
+    With L = [[A, 0], [C, D]], L⁻¹ = [[A⁻¹, 0], [−D⁻¹ C A⁻¹, D⁻¹]]: the two diagonal blocks recursively,
+    the off-diagonal block by two matrix products, and a triangular solve against I only for blocks of
+    order ≤ :data:`TRIANGULAR_INVERSE_LEAF`. The same forward error as a solve against I (~ε·cond(L),
+    [6] §8.2 and §14.2), with the work in matrix products, which XLA's CPU runtime runs several times
+    faster per flop than a triangular solve whose right-hand side is the identity.
+
+    Args:
+        L: (..., n, n) lower-triangular, non-singular.
+
+    Returns:
+        (..., n, n) lower-triangular L⁻¹.
+    """
+    n = L.shape[-1]
+    if n <= TRIANGULAR_INVERSE_LEAF:
+        return solve_lower(L, jnp.broadcast_to(jnp.eye(n, dtype=L.dtype), L.shape))
+    h = n // 2
+    A_inv = triangular_inverse(L[..., :h, :h])
+    D_inv = triangular_inverse(L[..., h:, h:])
+    lower_left = -D_inv @ (L[..., h:, :h] @ A_inv)
+    zeros = jnp.zeros((*L.shape[:-2], h, n - h), dtype=L.dtype)
+    return jnp.concatenate(
+        [jnp.concatenate([A_inv, zeros], axis=-1), jnp.concatenate([lower_left, D_inv], axis=-1)], axis=-2
+    )
+
+
 def cho_solve(L: jax.Array, B: jax.Array) -> jax.Array:
     """(L Lᵀ)⁻¹ B."""
     return solve_upper(L, solve_lower(L, B))
@@ -217,7 +251,7 @@ def loo_from_chol(L: jax.Array, y: jax.Array, statistic: str = "log_density") ->
     subtraction of large numbers; then :func:`loo_from_precision`. The signs of diag L do not matter (a
     factor from a QR decomposition will do).
     """
-    Linv = solve_lower(L, jnp.eye(L.shape[-1], dtype=L.dtype))
+    Linv = triangular_inverse(L)
     return loo_from_precision(jnp.sum(Linv * Linv, axis=0), Linv.T @ (Linv @ y), statistic)
 
 
@@ -233,8 +267,8 @@ def dense_gaussian_logpdf(C: jax.Array, r: jax.Array) -> jax.Array:
     """log N(r | 0, C) for a dense (n, n) covariance C, through its Cholesky factor, with a written gradient.
 
     The value is :func:`gaussian_logpdf_from_chol` of chol(C) (eq. (2.30) of [3]). The gradient is the
-    closed form ∂/∂C = ½(ααᵀ − C⁻¹), ∂/∂r = −α with α = C⁻¹r (eq. (5.9) of [3]), C⁻¹ = L⁻ᵀL⁻¹ from one
-    triangular solve against I and one product (as LAPACK's ``potri``), where differentiating through the
+    closed form ∂/∂C = ½(ααᵀ − C⁻¹), ∂/∂r = −α with α = C⁻¹r (eq. (5.9) of [3]), C⁻¹ = L⁻ᵀL⁻¹ from
+    :func:`triangular_inverse` and one product (as LAPACK's ``potri``), where differentiating through the
     factorisation and its solves takes several triangular solves of that size. A failed factorisation
     gives NaN (callers map it to -inf with :func:`finite_or_neg_inf`).
 
@@ -255,7 +289,7 @@ def _dense_gaussian_logpdf_fwd(C: jax.Array, r: jax.Array) -> tuple[jax.Array, t
 
 def _dense_gaussian_logpdf_bwd(residuals: tuple, g: jax.Array) -> tuple[jax.Array, jax.Array]:
     L, r = residuals
-    Linv = solve_lower(L, jnp.eye(L.shape[-1], dtype=L.dtype))
+    Linv = triangular_inverse(L)
     alpha = Linv.T @ (Linv @ r)
     C_inv = Linv.T @ Linv
     return 0.5 * g * (jnp.outer(alpha, alpha) - C_inv), -g * alpha
