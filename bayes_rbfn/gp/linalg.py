@@ -172,6 +172,7 @@ def solve_upper(L: jax.Array, B: jax.Array) -> jax.Array:
 TRIANGULAR_INVERSE_LEAF = 32
 
 
+@full_precision
 def triangular_inverse(L: jax.Array) -> jax.Array:
     """L⁻¹ for lower-triangular L (..., n, n), by 2×2 blocks: the recursive method of §14.2.2 of [6].
 
@@ -282,11 +283,13 @@ def dense_gaussian_logpdf(C: jax.Array, r: jax.Array) -> jax.Array:
     return gaussian_logpdf_from_chol(jnp.linalg.cholesky(C), r)
 
 
+@full_precision
 def _dense_gaussian_logpdf_fwd(C: jax.Array, r: jax.Array) -> tuple[jax.Array, tuple]:
     L = jnp.linalg.cholesky(C)
     return gaussian_logpdf_from_chol(L, r), (L, r)
 
 
+@full_precision
 def _dense_gaussian_logpdf_bwd(residuals: tuple, g: jax.Array) -> tuple[jax.Array, jax.Array]:
     L, r = residuals
     Linv = triangular_inverse(L)
