@@ -37,9 +37,8 @@ MAX_NUM_INDUCING = 256
 
 #: On an accelerator (a GPU), the same rule's budget: the work of N = 8,611 points at M = 512. A GPU runs
 #: an O(N·M²) gradient of this size at about the cost of a small one (the step is bound by latency, not by
-#: flops), and with several inputs the fit's quality grows with M: on the UCI sets kin8nm and power-plant
-#: M = 512 on one H100 took test log predictive densities from 0.61 to 1.07 and from −2.87 to −2.78
-#: against M = 64 (benchmarks/README.md, *The UCI regression benchmark*).
+#: flops), and with several inputs the fit's quality grows with M (the GPU runs of kin8nm and power-plant:
+#: benchmarks/README.md, *The UCI regression benchmark*).
 ACCELERATOR_INDUCING_WORK = 8611 * 512**2
 
 #: The most inducing inputs :func:`default_num_inducing` chooses on an accelerator.

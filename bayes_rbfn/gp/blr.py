@@ -85,8 +85,7 @@ class BLRPosterior:
 @jax.jit
 @linalg.full_precision
 def _cov_from_chol(L: jax.Array) -> jax.Array:
-    R = linalg.solve_lower(L, jnp.eye(L.shape[0], dtype=L.dtype))
-    return R.T @ R
+    return linalg.inverse_from_chol(L)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -59,6 +59,7 @@ __all__ = [
     "check_regression_inputs",
     "component_predict",
     "condition_gaussian",
+    "exact_covariance",
     "exact_factor",
     "exact_gp",
     "exact_log_marginal",
@@ -153,14 +154,18 @@ def exact_factor(kernel: Kernel, X: jax.Array, noise: jax.Array) -> jax.Array:
     ``noise`` may also be (N,), one σ_i per point: σ² · I is then diag(σ²) (the product broadcasts over
     the columns of I), and so in every ``exact_*`` block below.
     """
+    return jnp.linalg.cholesky(exact_covariance(kernel, X, noise))
+
+
+def exact_covariance(kernel: Kernel, X: jax.Array, noise: jax.Array) -> jax.Array:
+    """K_ff + σ²I, shape (N, N) (σ² · I is diag(σ²) for one σ_i per point)."""
     K = kernel(X, X)
-    return jnp.linalg.cholesky(K + noise**2 * jnp.eye(K.shape[0], dtype=K.dtype))
+    return K + noise**2 * jnp.eye(K.shape[0], dtype=K.dtype)
 
 
 def exact_log_marginal(kernel: Kernel, X: jax.Array, y: jax.Array, noise: jax.Array) -> jax.Array:
     """log N(y | 0, K_ff + σ²I), eq. (2.30) of [1], with the closed-form gradient of eq. (5.9) of [1]."""
-    K = kernel(X, X)
-    return linalg.dense_gaussian_logpdf(K + noise**2 * jnp.eye(K.shape[0], dtype=K.dtype), y)
+    return linalg.dense_gaussian_logpdf(exact_covariance(kernel, X, noise), y)
 
 
 @linalg.full_precision

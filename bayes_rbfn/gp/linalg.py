@@ -83,6 +83,7 @@ __all__ = [
     "finite_or_neg_inf",
     "full_precision",
     "gaussian_logpdf_from_chol",
+    "inverse_from_chol",
     "logdet_from_chol",
     "loo_from_chol",
     "loo_from_precision",
@@ -201,6 +202,13 @@ def triangular_inverse(L: jax.Array) -> jax.Array:
     )
 
 
+@full_precision
+def inverse_from_chol(L: jax.Array) -> jax.Array:
+    """(L Lᵀ)⁻¹ = L⁻ᵀ L⁻¹ from a lower-triangular factor (n, n), as LAPACK's ``potri``."""
+    Linv = triangular_inverse(L)
+    return Linv.T @ Linv
+
+
 def cho_solve(L: jax.Array, B: jax.Array) -> jax.Array:
     """(L Lᵀ)⁻¹ B."""
     return solve_upper(L, solve_lower(L, B))
@@ -268,8 +276,8 @@ def dense_gaussian_logpdf(C: jax.Array, r: jax.Array) -> jax.Array:
     """log N(r | 0, C) for a dense (n, n) covariance C, through its Cholesky factor, with a written gradient.
 
     The value is :func:`gaussian_logpdf_from_chol` of chol(C) (eq. (2.30) of [3]). The gradient is the
-    closed form ∂/∂C = ½(ααᵀ − C⁻¹), ∂/∂r = −α with α = C⁻¹r (eq. (5.9) of [3]), C⁻¹ = L⁻ᵀL⁻¹ from
-    :func:`triangular_inverse` and one product (as LAPACK's ``potri``), where differentiating through the
+    closed form ∂/∂C = ½(ααᵀ − C⁻¹), ∂/∂r = −α with α = C⁻¹r (eq. (5.9) of [3]), C⁻¹ from
+    :func:`inverse_from_chol`, where differentiating through the
     factorisation and its solves takes several triangular solves of that size. A failed factorisation
     gives NaN (callers map it to -inf with :func:`finite_or_neg_inf`).
 
@@ -280,7 +288,7 @@ def dense_gaussian_logpdf(C: jax.Array, r: jax.Array) -> jax.Array:
     Returns:
         The scalar log density.
     """
-    return gaussian_logpdf_from_chol(jnp.linalg.cholesky(C), r)
+    return _dense_gaussian_logpdf_fwd(C, r)[0]
 
 
 @full_precision
@@ -292,9 +300,8 @@ def _dense_gaussian_logpdf_fwd(C: jax.Array, r: jax.Array) -> tuple[jax.Array, t
 @full_precision
 def _dense_gaussian_logpdf_bwd(residuals: tuple, g: jax.Array) -> tuple[jax.Array, jax.Array]:
     L, r = residuals
-    Linv = triangular_inverse(L)
-    alpha = Linv.T @ (Linv @ r)
-    C_inv = Linv.T @ Linv
+    C_inv = inverse_from_chol(L)
+    alpha = C_inv @ r
     return 0.5 * g * (jnp.outer(alpha, alpha) - C_inv), -g * alpha
 
 
