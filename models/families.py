@@ -149,9 +149,9 @@ def class_family(cls: type[K.Kernel]) -> KernelFamily:
     )
 
 
-def _co2_build(p: Mapping[str, Any]) -> K.Kernel:
+def _co2_build(p: Mapping[str, Any], drift_kernel: type[K.Stationary] = K.Matern52) -> K.Kernel:
     trend = K.SquaredExponential(lengthscale=p["lengthscale"], variance=p["variance"])
-    drift = K.Matern52(lengthscale=p["drift_lengthscale"], variance=p["drift_variance"])
+    drift = drift_kernel(lengthscale=p["drift_lengthscale"], variance=p["drift_variance"])
     medium = K.SquaredExponential(lengthscale=p["medium_lengthscale"], variance=p["medium_variance"])
     seasonal = K.Periodic(lengthscale=p["seasonal_lengthscale"], variance=p["seasonal_variance"], period=1.0)
     decay = K.SquaredExponential(lengthscale=p["seasonal_decay"], variance=1.0)
