@@ -76,10 +76,12 @@ from bayes_rbfn.gp.priors import DataScales, data_scales, lengthscale_prior, var
 from bayes_rbfn.models.likelihoods import noise_prior
 
 __all__ = [
+    "CO2_DRIFT",
     "FAMILIES",
     "DataScales",
     "KernelFamily",
     "class_family",
+    "co2_family",
     "data_scales",
     "fixed_family",
     "get_family",
@@ -149,37 +151,57 @@ def class_family(cls: type[K.Kernel]) -> KernelFamily:
     )
 
 
-def _co2_build(p: Mapping[str, Any], drift_kernel: type[K.Stationary] = K.Matern52) -> K.Kernel:
-    trend = K.SquaredExponential(lengthscale=p["lengthscale"], variance=p["variance"])
-    drift = drift_kernel(lengthscale=p["drift_lengthscale"], variance=p["drift_variance"])
-    medium = K.SquaredExponential(lengthscale=p["medium_lengthscale"], variance=p["medium_variance"])
-    seasonal = K.Periodic(lengthscale=p["seasonal_lengthscale"], variance=p["seasonal_variance"], period=1.0)
-    decay = K.SquaredExponential(lengthscale=p["seasonal_decay"], variance=1.0)
-    return trend + drift + medium + seasonal * decay
+#: The drift term of the ``co2`` family: its kernel, the median of ℓ_drift (input units) and of s_drift as a
+#: fraction of sd(y) (see the module docstring: chosen by backtest).
+CO2_DRIFT = (K.Matern52, 5.0, 0.08)
 
 
-def _co2_priors(s: DataScales) -> dict[str, dist.Distribution]:
-    span = float(np.mean(s.input_range))
-    return {
-        # the trend varies over the whole record (median: the span; 95%: ~0.4 to ~2.7 spans)
-        "lengthscale": dist.LogNormal(float(np.log(span)), 0.5),
-        "variance": dist.LogNormal(float(np.log(s.y_sd**2)), 1.5),
-        # the drift of the growth rate over several input units (see the module docstring: chosen by backtest)
-        "drift_lengthscale": dist.LogNormal(float(np.log(5.0)), 0.15),
-        "drift_variance": dist.LogNormal(float(np.log((0.08 * s.y_sd) ** 2)), 0.5),
-        # medium-term irregularities over about one input unit (a year), a few % of the spread of y
-        "medium_lengthscale": dist.LogNormal(0.0, 0.5),
-        "medium_variance": dist.LogNormal(float(np.log((0.05 * s.y_sd) ** 2)), 1.5),
-        # the seasonal amplitude is a small part of the total spread
-        "seasonal_variance": dist.LogNormal(float(np.log((0.1 * s.y_sd) ** 2)), 1.5),
-        "seasonal_lengthscale": dist.LogNormal(0.0, 0.5),
-        "seasonal_decay": dist.LogNormal(float(np.log(span)), 0.75),
-    }
+def co2_family(
+    drift_kernel: type[K.Stationary] = CO2_DRIFT[0],
+    drift_lengthscale: float = CO2_DRIFT[1],
+    drift_fraction: float = CO2_DRIFT[2],
+) -> KernelFamily:
+    """The ``co2`` family (the module docstring's kernel), with its drift term as given.
 
+    Args:
+        drift_kernel: the drift term's stationary kernel class (default Matérn 5/2).
+        drift_lengthscale: the median of ℓ_drift ~ LogNormal(log ℓ, 0.15), in input units.
+        drift_fraction: the median of s_drift as a fraction of sd(y) (log-sd 0.25).
 
-FAMILIES: dict[str, KernelFamily] = {
-    **{cls.family: class_family(cls) for cls in _kernel_classes()},
-    "co2": KernelFamily(
+    Returns:
+        The :class:`KernelFamily` named ``"co2"``; :data:`FAMILIES` holds the one of the defaults.
+    """
+
+    def build(p: Mapping[str, Any]) -> K.Kernel:
+        trend = K.SquaredExponential(lengthscale=p["lengthscale"], variance=p["variance"])
+        drift = drift_kernel(lengthscale=p["drift_lengthscale"], variance=p["drift_variance"])
+        medium = K.SquaredExponential(lengthscale=p["medium_lengthscale"], variance=p["medium_variance"])
+        seasonal = K.Periodic(
+            lengthscale=p["seasonal_lengthscale"], variance=p["seasonal_variance"], period=1.0
+        )
+        decay = K.SquaredExponential(lengthscale=p["seasonal_decay"], variance=1.0)
+        return trend + drift + medium + seasonal * decay
+
+    def priors(s: DataScales) -> dict[str, dist.Distribution]:
+        span = float(np.mean(s.input_range))
+        return {
+            # the trend varies over the whole record (median: the span; 95%: ~0.4 to ~2.7 spans)
+            "lengthscale": dist.LogNormal(float(np.log(span)), 0.5),
+            "variance": dist.LogNormal(float(np.log(s.y_sd**2)), 1.5),
+            # the drift of the growth rate over several input units
+            "drift_lengthscale": dist.LogNormal(float(np.log(drift_lengthscale)), 0.15),
+            "drift_variance": dist.LogNormal(float(np.log((drift_fraction * s.y_sd) ** 2)), 0.5),
+            # medium-term irregularities over about one input unit (a year), a few % of the spread of y
+            "medium_lengthscale": dist.LogNormal(0.0, 0.5),
+            "medium_variance": dist.LogNormal(float(np.log((0.05 * s.y_sd) ** 2)), 1.5),
+            # the seasonal amplitude is a small part of the total spread
+            "seasonal_variance": dist.LogNormal(float(np.log((0.1 * s.y_sd) ** 2)), 1.5),
+            "seasonal_lengthscale": dist.LogNormal(0.0, 0.5),
+            "seasonal_decay": dist.LogNormal(float(np.log(span)), 0.75),
+        }
+
+    drift_name = drift_kernel.__name__.replace("Matern", "Matérn")
+    return KernelFamily(
         name="co2",
         params=(
             "lengthscale",
@@ -192,13 +214,18 @@ FAMILIES: dict[str, KernelFamily] = {
             "seasonal_lengthscale",
             "seasonal_decay",
         ),
-        build=_co2_build,
-        priors=_co2_priors,
+        build=build,
+        priors=priors,
         description=(
-            "long trend + drift + medium term + yearly seasonality (SE + Matérn52 + SE + Periodic·SE), "
+            f"long trend + drift + medium term + yearly seasonality (SE + {drift_name} + SE + Periodic·SE), "
             "X in years"
         ),
-    ),
+    )
+
+
+FAMILIES: dict[str, KernelFamily] = {
+    **{cls.family: class_family(cls) for cls in _kernel_classes()},
+    "co2": co2_family(),
 }
 
 

@@ -78,14 +78,11 @@ class BLRPosterior:
 
     @property
     def cov(self) -> jax.Array:
-        """``S_N = L⁻ᵀ L⁻¹``, shape (M, M), by triangular solves against the identity (never ``inv``)."""
-        return _cov_from_chol(self.chol_precision)
+        """``S_N = L⁻ᵀ L⁻¹``, shape (M, M), from the triangular inverse (never ``inv``)."""
+        return _inverse_from_chol(self.chol_precision)
 
 
-@jax.jit
-@linalg.full_precision
-def _cov_from_chol(L: jax.Array) -> jax.Array:
-    return linalg.inverse_from_chol(L)
+_inverse_from_chol = jax.jit(linalg.inverse_from_chol)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from bayes_rbfn.cli.options import kernel_names
 from bayes_rbfn.gp import kernels as K
 from bayes_rbfn.models.families import (
     FAMILIES,
+    co2_family,
     data_scales,
     get_family,
     kernel_family,
@@ -232,3 +233,35 @@ def test_co2_description_has_the_drift_term():
         "SE + Matérn52 + SE + Periodic·SE"
     )
     assert "drift" in FAMILIES["co2"].description
+
+
+#: Data on the co2 family's scales: 40 input units, targets with sd ≈ 8.
+CO2_LIKE_X = np.linspace(0.0, 40.0, 9)[:, None]
+CO2_LIKE_Y = np.linspace(0.0, 24.0, 9)
+
+
+@pytest.mark.parametrize(
+    ("drift_kernel", "symbol"),
+    [(K.Matern52, "Matérn52"), (K.Matern32, "Matérn32"), (K.Exponential, "Exponential")],
+    ids=["matern52", "matern32", "matern12"],
+)
+def test_co2_family_takes_its_drift_term_as_given(drift_kernel, symbol):
+    family = co2_family(drift_kernel, drift_lengthscale=3.0, drift_fraction=0.1)
+    kernel = family.build(dict.fromkeys(family.params, 1.0))
+    assert isinstance(kernel.k1.k1.k2, drift_kernel)
+    assert f"(SE + {symbol} + SE + Periodic·SE)" in family.description
+    priors = family.priors(data_scales(CO2_LIKE_X, CO2_LIKE_Y))
+    y_sd = np.std(CO2_LIKE_Y)
+    assert_close(priors["drift_lengthscale"].loc, np.log(3.0), rtol=1e-12)
+    assert_close(priors["drift_variance"].loc, 2 * np.log(0.1 * y_sd), rtol=1e-12)
+
+
+def test_the_registered_co2_drift_is_the_backtested_one():
+    """Matérn 5/2 with ℓ_drift ~ LogNormal(log 5, 0.15) and s_drift ~ LogNormal(log(0.08 sd(y)), 0.25)."""
+    priors = FAMILIES["co2"].priors(data_scales(CO2_LIKE_X, CO2_LIKE_Y))
+    y_sd = np.std(CO2_LIKE_Y)
+    assert type(FAMILIES["co2"].build(dict.fromkeys(FAMILIES["co2"].params, 1.0)).k1.k1.k2) is K.Matern52
+    assert_close(priors["drift_lengthscale"].loc, np.log(5.0), rtol=1e-12)
+    assert_close(priors["drift_lengthscale"].scale, 0.15, rtol=1e-12)
+    assert_close(priors["drift_variance"].loc, 2 * np.log(0.08 * y_sd), rtol=1e-12)
+    assert_close(priors["drift_variance"].scale, 0.5, rtol=1e-12)
