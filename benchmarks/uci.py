@@ -209,6 +209,8 @@ def table(results: pd.DataFrame) -> str:
             for m in ("MC dropout", "Deep ensembles", "PBP")
         ]
         gp_cells = [_mean_se(gp.rmse, d), _mean_se(gp.lpd, 2)] if not gp.empty else ["—", "—"]
+        if 0 < len(gp) < len(ours):
+            gp_cells[1] += f" ({len(gp)} of {len(ours)} splits)"
         n = int(ours.n_train.iloc[0] + ours.n_test.iloc[0])
         lines.append(
             f"| {name} | {n:,} | {int(ours.dims.iloc[0])} | {len(ours)} | {_mean_se(ours.rmse, d)} | "
