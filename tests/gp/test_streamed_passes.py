@@ -96,6 +96,38 @@ def test_streamed_sums_and_gradients_equal_dense(fast, per_point, chunk):
         assert_close(a, e, rtol=rtol, atol=rtol)
 
 
+def _additive_lml(stats_fn, trend, period, X, y, d):
+    """The SoR log density of an additive network (two components on one column each and a linear one,
+    K_uu block-diagonal with blocks of 5, 4 and 2) through ``stats_fn``."""
+    kernel, Z = kernels.additive(
+        {
+            "smooth": (kernels.SquaredExponential(trend[0], trend[1]).on_dims(0), jnp.linspace(0.0, 4.0, 5)),
+            "cycle": (kernels.Periodic(period[0], period[1], 2.0).on_dims(1), jnp.linspace(0.0, 1.5, 4)),
+            "linear": (kernels.Linear(0.7), jnp.eye(2)),
+        },
+        n_inputs=2,
+    )
+    Luu = linalg.cholesky(kernel.inducing_gram(Z))
+    stats = stats_fn(kernel, Z, X, y, d, Luu)
+    return linalg.woodbury(Luu, stats, n=X.shape[0]).log_marginal_likelihood()
+
+
+@pytest.mark.parametrize("chunk", [64, 333], ids=["many-chunks", "ragged"])
+def test_additive_network_whitened_block_by_block_equals_dense(chunk):
+    """An additive network's chunks are whitened one block of K_uu at a time: value and gradient in every
+    component's hyperparameters, X, y and d = autodiff of the dense sums, whitened by a triangular solve
+    with the whole L_uu."""
+    X, y, _, d = _problem()
+    args = (jnp.asarray([0.8, 1.3]), jnp.asarray([0.6, 0.5]), X, y, d)
+    argnums = tuple(range(5))
+    dense = lambda kernel, Z, X, y, d, Luu: _whitened_stats(Luu, kernel.inducing_cross(Z, X), y, d)  # noqa: E731
+    expected = jax.value_and_grad(lambda *a: _additive_lml(dense, *a), argnums=argnums)(*args)
+    streamed = _streamed(False, chunk)
+    actual = jax.jit(jax.value_and_grad(lambda *a: _additive_lml(streamed, *a), argnums=argnums))(*args)
+    for a, e in zip(jax.tree_util.tree_leaves(actual), jax.tree_util.tree_leaves(expected), strict=True):
+        assert_close(a, e, rtol=1e-10, atol=1e-10)
+
+
 def _dense_residual_lml(lengthscale, variance, Z, X, y, d):
     """Dense reference of :func:`woodbury_sums.woodbury_factor`'s log density: the quadratic form from the
     residuals of the weight mean, rᵀD⁻¹r + ‖L_B⁻ᵀ c‖², with K_uf formed and plain autodiff for gradients."""
