@@ -20,13 +20,10 @@ allows:
   N-column triangular solve L_uu A = K_uf becomes a matrix product, which XLA's CPU runtime runs several
   times faster per flop than a triangular solve, with the same forward error (~ε·cond(L_uu)) [2];
   tests/gp/test_streamed_passes.py checks it against the triangular-solve path (its dense reference) and a
-  long-double reference. An additive network's K_uu is block-diagonal, one block per component
-  (:class:`~bayes_rbfn.gp.kernels.Additive`), and so are L_uu and W: its chunks are whitened block by
-  block, Σ_c M_c² multiply-adds a point instead of M² (the reverse pass's Wᵀ too). Whitening *before*
-  the sum is what keeps the result accurate: forming K_uf D⁻¹ K_fu first (``fast=True``) saves one of
-  the two products but loses digits in proportion to cond(K_uu), which the jitter floor puts at ~1e10
-  for the usual dense inducing inputs: errors of O(1) in the log density at N = 20,000, NaN for small
-  noise (benchmarks/README.md).
+  long-double reference. Whitening *before* the sum is what keeps the result accurate: forming
+  K_uf D⁻¹ K_fu first (``fast=True``) saves one of the two products but loses digits in
+  proportion to cond(K_uu), which the jitter floor puts at ~1e10 for the usual dense inducing inputs:
+  errors of O(1) in the log density at N = 20,000, NaN for small noise (benchmarks/README.md).
 * **Masked layouts.** A ``mask`` (N,) of real points gives padded points weight ω = 0 and no share of
   Σ log d or of the 2π term, so batched groups of unequal size (the ``grouped`` model) share the pass.
 * **A hand-written reverse pass.** The backward pass recomputes K_uc chunk by chunk instead of storing
@@ -89,7 +86,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from bayes_rbfn.gp import linalg, streaming
-from bayes_rbfn.gp.kernels import Additive, Kernel
+from bayes_rbfn.gp.kernels import Kernel
 
 __all__ = [
     "point_weights",
@@ -106,34 +103,6 @@ __all__ = [
 def whitening_matrix(Luu: jax.Array) -> jax.Array:
     """W = L_uu⁻¹ (M×M) (:func:`~bayes_rbfn.gp.linalg.triangular_inverse`): the whitening a_n = W k_u(x_n)."""
     return linalg.triangular_inverse(Luu)
-
-
-def _diagonal_blocks(kernel: Kernel) -> tuple[int, ...] | None:
-    """The orders of K_uu's diagonal blocks where the kernel makes K_uu block-diagonal, else None.
-
-    An :class:`~bayes_rbfn.gp.kernels.Additive` kernel's K_uu is blockdiag(K_{u_c u_c}), one block of
-    order M_c per component; its Cholesky factor and that factor's inverse have the same blocks.
-    """
-    if isinstance(kernel, Additive) and len(kernel.sizes) > 1:
-        return kernel.sizes
-    return None
-
-
-def _block_product(W: jax.Array, K: jax.Array, blocks: tuple[int, ...] | None) -> jax.Array:
-    """W K for W (M, M) block-diagonal with diagonal blocks of orders ``blocks``, one product per block.
-
-    Σ_c M_c² multiply-adds per column of K (M, C) instead of M²; ``blocks`` None is the dense product.
-    The entries of W off its blocks are taken to be zero, as they are for the inverse of a block-diagonal
-    Cholesky factor (:func:`_diagonal_blocks`).
-    """
-    if blocks is None:
-        return W @ K
-    parts, start = [], 0
-    for size in blocks:
-        stop = start + size
-        parts.append(W[start:stop, start:stop] @ K[start:stop])
-        start = stop
-    return jnp.concatenate(parts, axis=0)
 
 
 def _weight_mean(AAt: jax.Array, Ay: jax.Array, Luu: jax.Array) -> jax.Array:
@@ -188,7 +157,6 @@ def _streamed(
         kernel, Z, W = shared
         M = Z.shape[0]
         acc = W.dtype
-        blocks = _diagonal_blocks(kernel)
         centre = streaming.input_centre(kernel, Z, precision)
         kernel_c, Z_c, W_c = low((kernel, streaming.shifted(Z, centre), W))
 
@@ -196,7 +164,7 @@ def _streamed(
             S, r = carry
             x, yc, wc = low((streaming.shifted(x, centre), yc, wc))
             K = kernel_c.inducing_cross(Z_c, x)
-            A = K if fast else _block_product(W_c, K, blocks)
+            A = K if fast else W_c @ K
             Aw = A * wc[0] if wc else A
             return (S + (Aw @ A.T).astype(acc), r + (Aw @ yc).astype(acc)), None
 
@@ -223,7 +191,6 @@ def _streamed(
 
     def local_grads(want_w, shared, X, y, w, n_blocks, per_block, C_eff):
         kernel, Z, W, left, h, m, s = shared
-        blocks = _diagonal_blocks(kernel)
         # As varying (per-device) values, the pullback gives each device's own share of their cotangents,
         # reduced once at the end, instead of a psum per chunk inserted by autodiff.
         kernel, Z = streaming.varying_like((kernel, Z), X)
@@ -239,7 +206,7 @@ def _streamed(
             x, yc, wc = low((streaming.shifted(x, centre), yc, wc))
             K, pullback = jax.vjp(lambda k, z, xx: k.inducing_cross(z, xx), kernel_c, Z_c, x)
             # ∂f/∂K_c = ω (U + h yᵀ), U = Wᵀ G_s W K_c: whitened as Wᵀ ((G_s W) K_c), two products.
-            U = left @ K if fast else _block_product(W.T, left @ K, blocks)
+            U = left @ K if fast else W.T @ (left @ K)
             T = U + jnp.outer(h, yc)
             hK = h @ K
             if residuals:

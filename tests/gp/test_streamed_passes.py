@@ -113,10 +113,10 @@ def _additive_lml(stats_fn, trend, period, X, y, d):
 
 
 @pytest.mark.parametrize("chunk", [64, 333], ids=["many-chunks", "ragged"])
-def test_additive_network_whitened_block_by_block_equals_dense(chunk):
-    """An additive network's chunks are whitened one block of K_uu at a time: value and gradient in every
-    component's hyperparameters, X, y and d = autodiff of the dense sums, whitened by a triangular solve
-    with the whole L_uu."""
+def test_additive_network_sums_equal_dense(chunk):
+    """An additive network (block-diagonal K_uu, components on their own columns) through the streamed
+    pass: value and gradient in every component's hyperparameters, X, y and d = autodiff of the dense sums,
+    whitened by a triangular solve with the whole L_uu."""
     X, y, _, d = _problem()
     args = (jnp.asarray([0.8, 1.3]), jnp.asarray([0.6, 0.5]), X, y, d)
     argnums = tuple(range(5))
