@@ -5,7 +5,8 @@ one process, with the same chains, warm-up, draws, seed and target acceptance (0
 library's sampler at its defaults:
 
 * ``bayes-rbfn``: :func:`bayes_rbfn.models.birthdays.birthdays_model` — intercept, trend (SE, 20 centres),
-  year (periodic, 30 centres over one year), the weekday effects (times exp of the week trend) and the
+  year (periodic, 30 centres over one year), the weekday effects (times exp of the week trend less its
+  mean over the days, in both models) and the
   holidays integrated out in one Woodbury pass, the 366 day-of-year effects with them as group effects;
   NUTS samples the 8 hyperparameters and the week trend's values at its 8 centres (16 values), through
   the package's sampler at the case study's settings
@@ -84,7 +85,7 @@ def hsgp_model(X, config, y=None):
     doy_z = numpyro.sample("doy_z", dist.Normal(0.0, 1.0).expand([366]).to_event(1))
     dow, doy = X[:, 1].astype(jnp.int32), X[:, 2].astype(jnp.int32)
     day = h["doy_scale"] * doy_z[doy] + X[:, 3:6] @ holiday
-    f = intercept + trend + year + jnp.exp(g) * weekday[dow] + day
+    f = intercept + trend + year + jnp.exp(g - jnp.mean(g)) * weekday[dow] + day
     numpyro.deterministic("f", f)
     numpyro.sample("y", dist.Normal(f, h["noise"]), obs=y)
 
@@ -217,6 +218,15 @@ def summarise(name, stats, samples, wall, compile_s, y, loo_values, residuals):
     rhat = az.rhat(idata.posterior)
     min_ess = min(float(ess[k].min()) for k in HYPERPARAMETERS)
     loo = az.loo(idata, pointwise=True)
+    per_site = {
+        k: {
+            "mean": float(np.mean(posterior[k])),
+            "sd": float(np.std(posterior[k])),
+            "bulk_ess": float(ess[k]),
+            "rhat": float(rhat[k]),
+        }
+        for k in HYPERPARAMETERS
+    }
     return {
         "model": name,
         "wall_s": wall,
@@ -231,6 +241,7 @@ def summarise(name, stats, samples, wall, compile_s, y, loo_values, residuals):
         "elpd_se": float(loo.se),
         "pareto_k_over_0_7": int(np.sum(np.asarray(loo.pareto_k) > 0.7)),
         "loo_r2": loo_r2(idata, y, loo_values, residuals),
+        "hyperparameters": per_site,
     }
 
 
@@ -313,6 +324,19 @@ def main(argv=None) -> int:
             f"{r['ess_per_s']:.2f} | {r['divergences']} | {r['max_rhat']:.3f} | {r['mean_steps']:.0f} | "
             f"{r['elpd_loo']:.0f} ({r['elpd_se']:.0f}) | {r['pareto_k_over_0_7']} | {r['loo_r2']:.3f} |"
         )
+    lines += [
+        "",
+        "Per hyperparameter: posterior mean ± sd (bulk ESS, R-hat)",
+        "",
+        "| site | " + " | ".join(r["model"] for r in rows) + " |",
+        "|---|" + "---|" * len(rows),
+    ]
+    for k in rows[0]["hyperparameters"] if rows else ():
+        cells = []
+        for r in rows:
+            h = r["hyperparameters"][k]
+            cells.append(f"{h['mean']:.4g} ± {h['sd']:.2g} ({h['bulk_ess']:.0f}, {h['rhat']:.3f})")
+        lines.append(f"| {k} | " + " | ".join(cells) + " |")
     (args.out / "birthdays.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -29,8 +29,11 @@ data point, so ``SparseGP`` takes them as group effects (``groups=`` the day of 
 
 What NUTS samples is what enters non-linearly: the eight hyperparameters and the week trend g (an RBF
 network in weight space, :func:`~bayes_rbfn.models.layers.rbfn`, whose exp multiplies the weekday
-columns): 16 values. Thousands of days pin g down, so the layer is centred: NUTS samples g's values at
-its 8 centres (whitened weights would have to move with the week trend's amplitude and lengthscale).
+columns). Thousands of days pin g down, so the layer is centred: NUTS samples the network's values at its
+centres (whitened weights would have to move with the week trend's amplitude and lengthscale). g is the
+network less its mean over the days: a constant added to g is undone by scaling the weekday effects β_dow,
+so without it g's level would be pinned down by β_dow's prior alone, a ridge the sampler would have to
+travel.
 
 References
 ----------
@@ -207,7 +210,8 @@ def birthdays_model(X: Any, Z: dict, period: float, y: Any = None) -> None:
 
     Sites: the hyperparameters (``trend_lengthscale``, ``trend_amplitude``, ``year_lengthscale``,
     ``year_amplitude``, ``week_lengthscale``, ``week_amplitude``, ``doy_scale``, ``noise``), the week
-    trend's values at its centres ``week_trend_u`` and at the days ``week_trend`` (g), and ``y``, whose
+    trend's network (``rbfn`` layer ``week_rbfn``: its values at its centres ``week_rbfn_u`` and at the
+    days ``week_rbfn``), g at the days ``week_trend`` (the network less its mean over them), and ``y``, whose
     ``SparseGP`` integrates out the day-of-year effects with the components (their posterior:
     ``group_moments``). X may be traced (the model runs under ``jit`` with the data as arguments).
     """
@@ -216,7 +220,8 @@ def birthdays_model(X: Any, Z: dict, period: float, y: Any = None) -> None:
     t = X[:, :1]
     h = sample_hyperparameters()
     week = SquaredExponential(h["week_lengthscale"], h["week_amplitude"] ** 2)
-    g = rbfn("week_trend", week, t, jnp.asarray(Z["week"])[:, None], centred=True)
+    network = rbfn("week_rbfn", week, t, jnp.asarray(Z["week"])[:, None], centred=True)
+    g = numpyro.deterministic("week_trend", network - jnp.mean(network))
     weekday = jnp.exp(g)[:, None] * (X[:, 1:2] == jnp.arange(7.0)[None, :])
 
     inputs = jnp.concatenate([t, weekday, X[:, 3:6]], axis=1)  # t | 7 weekday columns | 3 holidays

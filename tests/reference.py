@@ -154,19 +154,20 @@ def power_function_sq(Kss, KsX, KXX):
 
 def birthdays_blocks(values, X, Z, period):
     """The dense parts of the Birthdays model's marginal at one draw ``values`` (hyperparameters and the
-    week trend's values at its centres ``week_trend_u``), for inputs X with the columns t, day of week,
+    week trend's values at its centres ``week_rbfn_u``), for inputs X with the columns t, day of week,
     day of year and three holiday indicators and centres Z = {"trend", "year", "week"}.
 
     Returns a dict: ``Q`` {component: its Nyström block K_fu (K_uu + jitter I)⁻¹ K_uf} in the model's
     order, ``jitter`` (1e-8 × the mean diagonal of the block-diagonal K_uu), ``W`` {"week", "holiday":
-    the design columns of the linear components, whose K_uu = I}, ``g`` the week trend K_fu K_uu⁻¹ u,
-    and ``H`` the one-hot (N, 366) day-of-year matrix.
+    the design columns of the linear components, whose K_uu = I}, ``g`` the week trend K_fu K_uu⁻¹ u less
+    its mean over the days, and ``H`` the one-hot (N, 366) day-of-year matrix.
     """
     v = values
     t = X[:, 0]
     week = {"kind": "se", "lengthscale": v["week_lengthscale"], "variance": v["week_amplitude"] ** 2}
     Kuu_week = jittered(gram(week, Z["week"]), 1e-8)
-    g = gram(week, t, Z["week"]) @ np.linalg.solve(Kuu_week, v["week_trend_u"])
+    network = gram(week, t, Z["week"]) @ np.linalg.solve(Kuu_week, v["week_rbfn_u"])
+    g = network - network.mean()
     se = {"kind": "se", "lengthscale": v["trend_lengthscale"], "variance": v["trend_amplitude"] ** 2}
     per = {
         "kind": "periodic",

@@ -6,7 +6,7 @@ per day and returns ArviZ InferenceData.
 NUTS runs through the package's one loop (:mod:`bayes_rbfn.infer.sampler`), at :data:`DEFAULT_SETTINGS`
 unless told otherwise. The returned data hold:
 
-* ``posterior``: the eight hyperparameters and the week trend's values at its centres (``week_trend_u``)
+* ``posterior``: the eight hyperparameters and the week trend's values at its centres (``week_rbfn_u``)
   and weights;
 * ``sample_stats``, ``observed_data`` (``y``, standardised) and ``constant_data`` (``X``, ``date``,
   ``births``, the scales that undo the standardisation);
@@ -57,7 +57,7 @@ COMPONENT_DRAWS = 40
 _BATCH = 16
 
 #: Sites of size N per draw that the posterior does not store (``predictions`` holds g).
-_UNSTORED = ("week_trend",)
+_UNSTORED = ("week_rbfn", "week_trend")
 
 
 def components(samples: dict[str, Any], data: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -141,8 +141,8 @@ def fit_birthdays(
     samples, stats = run_chains(kernel, args, settings, run_record=record, on_chunk=on_chunk)
     posterior = {k: np.asarray(v) for k, v in samples.items() if k not in _UNSTORED}
     dims = {
-        "week_trend_u": ["week_centre"],
-        "week_trend_alpha": ["week_centre"],
+        "week_rbfn_u": ["week_centre"],
+        "week_rbfn_alpha": ["week_centre"],
         "y": ["day"],
         "X": ["day", "column"],
         "date": ["day"],

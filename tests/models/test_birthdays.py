@@ -75,7 +75,7 @@ def test_log_density_matches_dense_gaussian(frame):
         "week_amplitude": 0.3,
         "doy_scale": 0.2,
         "noise": 0.5,
-        "week_trend_u": 0.3 * rng.normal(size=4),
+        "week_rbfn_u": 0.3 * rng.normal(size=4),
     }
     trace = handlers.trace(handlers.substitute(B.birthdays_model, data=values)).get_trace(X, Z, period, y)
     got = trace["y"]["fn"].log_prob(jnp.asarray(y))

@@ -71,7 +71,7 @@ def _dense_means(values, data):
 def test_components_equal_dense_conditioning():
     data = _data()
     rng = np.random.default_rng(1)
-    draws = [{**d, "week_trend_u": 0.3 * rng.normal(size=4)} for d in DRAWS]
+    draws = [{**d, "week_rbfn_u": 0.3 * rng.normal(size=4)} for d in DRAWS]
     samples = {k: np.array([d[k] for d in draws]) for k in draws[0]}
     got = components(samples, data)
     for i, values in enumerate(draws):
