@@ -8,7 +8,7 @@ library's sampler at its defaults:
   year (periodic, 30 centres over one year), the weekday effects (times exp of the week trend less its
   mean over the days, in both models) and the
   holidays integrated out in one Woodbury pass, the 366 day-of-year effects with them as group effects;
-  NUTS samples the 8 hyperparameters and the week trend's values at its 8 centres (16 values), through
+  NUTS samples the 8 hyperparameters and the week trend's values at its 6 centres (14 values), through
   the package's sampler at the case study's settings
   (:data:`bayes_rbfn.workflows.birthdays.DEFAULT_SETTINGS`: prior-median start, dense mass matrix,
   tree depth ≤ 8).

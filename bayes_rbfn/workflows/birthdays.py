@@ -43,7 +43,7 @@ from bayes_rbfn.workflows.planning import DATASET_TREE_DEPTHS
 
 __all__ = ["COMPONENT_DRAWS", "DEFAULT_SETTINGS", "components", "fit_birthdays"]
 
-#: The sampler's defaults for the case study: two chains of 500 + 500, a dense mass matrix over the 16
+#: The sampler's defaults for the case study: two chains of 500 + 500, a dense mass matrix over the 14
 #: sampled values (the hyperparameters of trend, year and week trend are correlated), at most 2⁸ − 1
 #: steps per draw.
 DEFAULT_SETTINGS = SamplerSettings(

@@ -49,7 +49,7 @@ def test_inference_data_groups_and_shapes(out):
     assert idata.log_likelihood["y"].shape == (2, 5, 366)
     assert np.all(np.isfinite(idata.log_likelihood["y"].values))
     assert 0.0 < idata.log_likelihood.attrs["loo_r2"] < 1.0
-    assert idata.posterior["week_rbfn_u"].shape == (2, 5, 8)
+    assert idata.posterior["week_rbfn_u"].shape == (2, 5, 6)
     pred = idata.predictions
     assert pred["trend"].shape[-1] == 366 and pred["day_of_year_effect"].shape[-1] == 366
     assert list(pred["weekday"].values) == ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
