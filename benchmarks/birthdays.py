@@ -193,6 +193,7 @@ def run_package(model_args, settings, clock, jax):
         warmup=settings.warmup,
         draws=settings.draws,
         seed=settings.seed,
+        target_accept=0.8,  # the HSGP twin's, numpyro's default
         progress=False,
         chain_method="parallel",
     )

@@ -77,7 +77,7 @@ def plan(args: argparse.Namespace) -> BirthdaysPlan:
             draws=args.draws,
             warmup=args.warmup,
             seed=args.seed,
-            target_accept=args.target_accept,
+            target_accept=args.target_accept or DEFAULT_SETTINGS.target_accept,
             dense_mass=DEFAULT_SETTINGS.dense_mass if args.dense_mass is None else args.dense_mass,
             max_tree_depth=args.max_tree_depth or DEFAULT_SETTINGS.max_tree_depth,
             init=args.init,

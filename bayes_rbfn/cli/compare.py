@@ -28,6 +28,7 @@ from bayes_rbfn.cli.common import (
     quiet_libraries,
 )
 from bayes_rbfn.cli.options import (
+    DEFAULT_TARGET_ACCEPT,
     data_arguments,
     fraction,
     kernel_arguments,
@@ -257,7 +258,7 @@ def _run_compare(args: argparse.Namespace, console: Console) -> int:
                     draws=args.draws,
                     warmup=args.warmup,
                     seed=args.seed,
-                    target_accept=args.target_accept,
+                    target_accept=args.target_accept or DEFAULT_TARGET_ACCEPT,
                     dense_mass=args.dense_mass,
                     max_tree_depth=args.max_tree_depth or planning.DEFAULT_MAX_TREE_DEPTH,
                     init=args.init,

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from bayes_rbfn.cli.common import PROG, Console, UserError, configure_jax, duration, quiet_libraries
+from bayes_rbfn.cli.options import DEFAULT_TARGET_ACCEPT
 
 __all__ = ["EXIT_LOST_PROCESS", "add_arguments", "run", "wanted"]
 
@@ -142,7 +143,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
                 warmup=args.warmup,
                 draws=args.draws,
                 seed=args.seed,
-                target_accept=args.target_accept,
+                target_accept=args.target_accept or DEFAULT_TARGET_ACCEPT,
                 dense_mass=args.dense_mass,
                 max_tree_depth=args.max_tree_depth or planning.DEFAULT_MAX_TREE_DEPTH,
                 progress=rank == 0 and not args.quiet,

@@ -38,6 +38,7 @@ from bayes_rbfn.cli.common import (
 )
 from bayes_rbfn.cli.options import (
     DEFAULT_CHECKPOINT_EVERY,
+    DEFAULT_TARGET_ACCEPT,
     data_arguments,
     dataset_descriptions,
     fraction,
@@ -379,7 +380,7 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
             draws=args.draws,
             warmup=args.warmup,
             seed=args.seed,
-            target_accept=args.target_accept,
+            target_accept=args.target_accept or DEFAULT_TARGET_ACCEPT,
             dense_mass=args.dense_mass,
             max_tree_depth=args.max_tree_depth
             or planning.DATASET_TREE_DEPTHS.get(packaged, planning.DEFAULT_MAX_TREE_DEPTH),

@@ -250,10 +250,9 @@ def sampler_arguments(parser: argparse.ArgumentParser) -> None:
     sampler.add_argument(
         "--target-accept",
         type=probability,
-        default=DEFAULT_TARGET_ACCEPT,
         metavar="P",
         help=f"NUTS target acceptance probability; raise it (e.g. 0.95) after divergences "
-        f"(default {DEFAULT_TARGET_ACCEPT})",
+        f"(default {DEFAULT_TARGET_ACCEPT}; 0.9 for --dataset birthdays)",
     )
     sampler.add_argument(
         "--max-tree-depth",

@@ -89,3 +89,16 @@ def test_years_needs_the_birthdays_data(capsys, tmp_path):
     refuse(["fit", "--dataset", "coal", "--years", "2", "--out", tmp_path / "o"], capsys, tmp_path, "--years")
     argv = ["compare", "--dataset", "birthdays", "--out", tmp_path / "o"]
     refuse(argv, capsys, tmp_path, "--dataset birthdays")
+
+
+@pytest.mark.parametrize(
+    "given, expected",
+    [([], 0.9), (["--target-accept", "0.8"], 0.8)],
+    ids=["default-0.9", "given-0.8"],
+)
+def test_target_acceptance_defaults_to_the_case_studys(tmp_path, given, expected):
+    from bayes_rbfn.cli import birthdays as birthdays_cli
+
+    argv = ["fit", "--dataset", "birthdays", "--years", "1", *given, "--out", str(tmp_path / "out")]
+    plan = birthdays_cli.plan(cli.build_parser().parse_args(argv))
+    assert plan.sampler.target_accept == expected
