@@ -4,9 +4,10 @@ The relative number of births y (births over their mean, standardised) on day t 
 
     y = μ + f_trend(t) + f_year(t) + exp(g(t)) · β_dow[w(t)] + β_doy[d(t)] + Σ_h γ_h 1_h(t) + ε,
 
-a slow trend, a yearly cycle, a day-of-week effect whose size drifts slowly (g is a smooth trend), the
-day-of-year effects, the floating holidays (Memorial Day, Labor Day, Thanksgiving, each with the day
-after) and ε ~ N(0, σ²), as in the case study's model 8 [1] and numpyro's ``examples/hsgp.py``.
+a slow trend, a yearly cycle, a day-of-week effect whose size drifts slowly (g is a smooth trend with
+mean zero over the days), the day-of-year effects, the floating holidays (Memorial Day, Labor Day,
+Thanksgiving, each with the day after) and ε ~ N(0, σ²), as in the case study's model 8 [1] and numpyro's
+``examples/hsgp.py``.
 
 Every part that enters linearly under a Gaussian prior is one component of an
 :class:`~bayes_rbfn.gp.kernels.Additive` kernel, and :class:`~bayes_rbfn.models.distributions.SparseGP`
