@@ -24,8 +24,9 @@ h = Hᵀ Ω y (G,):
 after which the M×M algebra of :func:`bayes_rbfn.gp.linalg.woodbury` is unchanged. This is the Schur
 complement, on the diagonal block of the group columns, of the Woodbury matrix of the feature matrix
 [K_fu L_uu⁻ᵀ, τH]: the effects are G extra columns of the network's design, integrated out at the cost of
-M + 1 segment sums over the data instead of a factorisation of size M + G. K_uf (M, N) is formed once for
-the group sums; nothing of size N × N or (M + G)².
+M + 1 segment sums over the data instead of a factorisation of size M + G. K_uf (M, N) is formed once, for
+the group sums and for the streamed pass, which reads it instead of evaluating the kernel again (its reverse
+pass hands the cotangent of K_uf back to that one evaluation); nothing of size N × N or (M + G)².
 
 The posterior of the effects, and posterior predictive replicates, follow from the same factor:
 β | y ~ N(τ² Hᵀ C⁻¹ y, τ² I − τ⁴ Hᵀ C⁻¹ H) ([1] eq. (A.6) on the joint Gaussian of β and y), C = Q_ff + E.
@@ -169,7 +170,7 @@ def factor(
         :func:`replicates` take).
     """
     terms = group_terms(kernel, Z, X, d, codes, num_groups, scale)
-    AAt, Ay, yDy, logdet_d = woodbury_sums.woodbury_stats(kernel, Z, X, y, d, Luu, **settings)
+    AAt, Ay, yDy, logdet_d = woodbury_sums.woodbury_stats(kernel, Z, X, y, d, Luu, Kuf=terms.Kuf, **settings)
     P = linalg.solve_lower(Luu, terms.Q)
     h = _group_sum(terms.omega * y, codes, num_groups)
     stats = (

@@ -296,6 +296,25 @@ def _streamed(
     return jax.jit(f_res)
 
 
+class _FormedCross(Kernel):
+    """K_uf formed already, as the pass's data: its "inputs" are the rows of K_fu (N, M), read as they are.
+
+    A caller that holds K_uf (the group effects form it for their sums) streams it instead of the kernel's
+    inputs: each chunk's block is its rows transposed, and the reverse pass hands the cotangent of K_fu back
+    as that of the inputs, for the caller's one pullback through the kernel.
+    """
+
+    def __call__(self, X1: Any, X2: Any | None = None) -> jax.Array:
+        raise TypeError("_FormedCross: only inducing_cross is defined (K_uf formed already)")
+
+    def diag(self, X: Any) -> jax.Array:
+        raise TypeError("_FormedCross: only inducing_cross is defined (K_uf formed already)")
+
+    def inducing_cross(self, Z: Any, X: Any) -> jax.Array:
+        """The chunk's block of K_uf, (M, C): its rows of K_fu (C, M) transposed."""
+        return jnp.asarray(X).T
+
+
 def point_weights(d: Any, y: jax.Array, mask: jax.Array | None, dtype: Any) -> tuple[jax.Array, jax.Array]:
     """(ω = 1/d per point, zero where ``mask`` is False; Σ log d over the real points)."""
     d = jnp.broadcast_to(jnp.asarray(d, dtype=dtype), y.shape)
@@ -304,9 +323,17 @@ def point_weights(d: Any, y: jax.Array, mask: jax.Array | None, dtype: Any) -> t
     return jnp.where(mask, 1.0 / d, 0.0), jnp.sum(jnp.where(mask, jnp.log(d), 0.0))
 
 
-def _data_sums(kernel, Z, X, y, d, Luu, mask, fast, chunk_size, mesh, residuals, precision="float64"):
+def _data_sums(
+    kernel, Z, X, y, d, Luu, mask, fast, chunk_size, mesh, residuals, precision="float64", Kuf=None
+):
     """``(stats, rᵀD⁻¹r or None)`` for :func:`woodbury_stats` and :func:`woodbury_factor`."""
-    C = int(chunk_size or streaming.chunk_size_for(Z.shape[0], Luu.dtype))
+    if Kuf is not None:
+        kernel, X = _FormedCross(), jnp.asarray(Kuf).T
+    # K_uf formed already is held whole: one chunk, unless the caller asks for smaller ones.
+    C = int(
+        chunk_size
+        or (max(X.shape[0], 1) if Kuf is not None else streaming.chunk_size_for(Z.shape[0], Luu.dtype))
+    )
     d = jnp.asarray(d, dtype=jnp.result_type(Luu, d))
     streamed = _streamed(bool(fast), C, mesh, residuals, streaming.check_precision(precision))
     if d.ndim == 0 and mask is None:
@@ -333,6 +360,7 @@ def woodbury_stats(
     chunk_size: int | None = None,
     mesh: Mesh | None = None,
     precision: str = "float64",
+    Kuf: jax.Array | None = None,
 ) -> tuple:
     """The data sums of :func:`bayes_rbfn.gp.linalg.woodbury` for C = Q_ff + diag(d), in one streamed pass.
 
@@ -340,6 +368,9 @@ def woodbury_stats(
     ``linalg.woodbury(Luu, stats, n=N)``, without forming K_uf. Differentiable (a hand-written reverse
     pass; see the module docstring) in the kernel hyperparameters, Z, L_uu, X, y and d.
     :func:`woodbury_factor` adds the residual sweep that the quadratic form needs at small noise.
+    A caller that has formed K_uf for sums of its own passes it as ``Kuf``: the pass then streams its
+    columns instead of evaluating the kernel (``kernel`` and ``X`` unused), and the cotangent of K_uf goes
+    back through the caller's one evaluation of the kernel.
 
     Args:
         kernel: covariance function.
@@ -358,8 +389,9 @@ def woodbury_stats(
             the log density) only while K_uu is well conditioned, wrong by ~1e-5 relative for the
             cond(K_uu) ~ 1e9 of dense inducing inputs (see the module docstring, *Mixed precision*); no
             effect on float32 inputs.
+        Kuf: (M, N) K_uf formed already, or None (default) to evaluate it chunk by chunk.
     """
-    return _data_sums(kernel, Z, X, y, d, Luu, mask, fast, chunk_size, mesh, False, precision)[0]
+    return _data_sums(kernel, Z, X, y, d, Luu, mask, fast, chunk_size, mesh, False, precision, Kuf)[0]
 
 
 def woodbury_factor(

@@ -96,6 +96,26 @@ def test_streamed_sums_and_gradients_equal_dense(fast, per_point, chunk):
         assert_close(a, e, rtol=rtol, atol=rtol)
 
 
+@pytest.mark.parametrize("chunk", [None, 64], ids=["whole", "many-chunks"])
+def test_formed_cross_sums_and_gradients_equal_dense(chunk):
+    """K_uf formed by the caller and streamed as the pass's data (``Kuf=``, as the group effects do): value
+    and gradient in lengthscale, variance, Z, X, y and d = autodiff of the dense sums, the cotangent of K_uf
+    going back through the caller's evaluation of the kernel."""
+    X, y, Z, d = _problem()
+
+    def formed(kernel, Z, X, y, d, Luu):
+        Kuf = kernel.inducing_cross(Z, X)
+        return woodbury_sums.woodbury_stats(None, Z, None, y, d, Luu, Kuf=Kuf, chunk_size=chunk)
+
+    args = (jnp.asarray([0.9, 1.4]), jnp.asarray(1.3), Z, X, y, d)
+    argnums = tuple(range(6))
+    expected = jax.value_and_grad(lambda *a: _lml(_dense(False), *a), argnums=argnums)(*args)
+    actual = jax.jit(jax.value_and_grad(lambda *a: _lml(formed, *a), argnums=argnums))(*args)
+    rtol = RTOL[np.dtype(X.dtype)]
+    for a, e in zip(jax.tree_util.tree_leaves(actual), jax.tree_util.tree_leaves(expected), strict=True):
+        assert_close(a, e, rtol=rtol, atol=rtol)
+
+
 def _additive_lml(stats_fn, trend, period, X, y, d):
     """The SoR log density of an additive network (two components on one column each and a linear one,
     K_uu block-diagonal with blocks of 5, 4 and 2) through ``stats_fn``."""
