@@ -9,7 +9,9 @@ This module is the one pass over the data that takes them (:func:`woodbury_stats
 the factor they give, the Woodbury factor of C = Q_ff + diag(d) (:func:`woodbury_factor`, which adds a
 residual sweep for the quadratic form; SoR's :func:`sor_factor`). The factor's LOO conditionals are
 :func:`bayes_rbfn.gp.block_loo.sor_loo`, its predictive moments :mod:`~bayes_rbfn.gp.moments`. A problem
-small enough to form K_uf is one chunk of the same pass; :mod:`~bayes_rbfn.gp.conditional` and
+small enough to form K_uf is one chunk of the same pass, and a caller that has formed it for sums of its own
+(the group effects of :mod:`~bayes_rbfn.gp.effects`) hands it to the pass (``Kuf=``), which then streams
+its columns instead of evaluating the kernel again; :mod:`~bayes_rbfn.gp.conditional` and
 :mod:`~bayes_rbfn.gp.sparse` call these functions, and the models call them through those modules. The
 pass streams over chunks of the data, adds them in a fixed block order and shards over devices
 (:mod:`~bayes_rbfn.gp.streaming`); it takes the sums as close to the machine's floor as the whitened form
