@@ -306,12 +306,6 @@ class _FormedCross(Kernel):
     as that of the inputs, for the caller's one pullback through the kernel.
     """
 
-    def __call__(self, X1: Any, X2: Any | None = None) -> jax.Array:
-        raise TypeError("_FormedCross: only inducing_cross is defined (K_uf formed already)")
-
-    def diag(self, X: Any) -> jax.Array:
-        raise TypeError("_FormedCross: only inducing_cross is defined (K_uf formed already)")
-
     def inducing_cross(self, Z: Any, X: Any) -> jax.Array:
         """The chunk's block of K_uf, (M, C): its rows of K_fu (C, M) transposed."""
         return jnp.asarray(X).T
@@ -331,11 +325,10 @@ def _data_sums(
     """``(stats, rᵀD⁻¹r or None)`` for :func:`woodbury_stats` and :func:`woodbury_factor`."""
     if Kuf is not None:
         kernel, X = _FormedCross(), jnp.asarray(Kuf).T
-    # K_uf formed already is held whole: one chunk, unless the caller asks for smaller ones.
-    C = int(
-        chunk_size
-        or (max(X.shape[0], 1) if Kuf is not None else streaming.chunk_size_for(Z.shape[0], Luu.dtype))
-    )
+        default = max(X.shape[0], 1)  # held whole already: one chunk, unless the caller asks for smaller ones
+    else:
+        default = streaming.chunk_size_for(Z.shape[0], Luu.dtype)
+    C = int(chunk_size or default)
     d = jnp.asarray(d, dtype=jnp.result_type(Luu, d))
     streamed = _streamed(bool(fast), C, mesh, residuals, streaming.check_precision(precision))
     if d.ndim == 0 and mask is None:
