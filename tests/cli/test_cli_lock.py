@@ -26,7 +26,11 @@ import pytest
 from bayes_rbfn import cli
 from bayes_rbfn.io import output
 
-ENV = {**os.environ, "MPLBACKEND": "Agg"}
+
+def env() -> dict:
+    """The CLI's environment: this process's as it is now (conftest may have set XLA switches)."""
+    return {**os.environ, "MPLBACKEND": "Agg"}
+
 
 #: A real CLI run whose sampling waits until the file named by argv[1] exists.
 BLOCKED_RUN = textwrap.dedent(
@@ -71,7 +75,7 @@ def test_quiet_fit_prints_nothing_when_arviz_gives_its_daily_notice(tmp_path):
     csv, out = write_data(tmp_path / "data.csv"), tmp_path / "res"
 
     def fresh_cache(name: str) -> dict:
-        return {**ENV, "XDG_CACHE_HOME": str(tmp_path / name)}
+        return {**env(), "XDG_CACHE_HOME": str(tmp_path / name)}
 
     control = subprocess.run(
         [sys.executable, "-c", "import arviz"], capture_output=True, text=True, env=fresh_cache("control")
@@ -96,7 +100,7 @@ def start_blocked(tmp_path: Path, argv: list[str]) -> tuple[subprocess.Popen, Pa
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=ENV,
+        env=env(),
         cwd=tmp_path,
     )
     deadline = time.monotonic() + 120
@@ -112,7 +116,7 @@ def second_run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
         [sys.executable, "-m", "bayes_rbfn", *argv],
         capture_output=True,
         text=True,
-        env=ENV,
+        env=env(),
         timeout=300,
         cwd=cwd,
     )
