@@ -139,6 +139,7 @@ FILE_SECONDS = {
 #: for the optimisations to pay (at level 0 the grouped fit sampled 2.3 times slower); a module-scoped
 #: fixture (a fit) is set up before this switch and compiles as usual. The programs round differently, as
 #: on another CPU, and every test passes either way; ``BAYES_RBFN_TEST_XLA_DEFAULTS=1`` leaves it off.
+#: test_cli is here for its in-process CLI runs, short chains whose time is compiling.
 FAST_COMPILE_FILES = frozenset(
     {
         "cli/test_cli.py",
@@ -185,15 +186,9 @@ def pytest_runtest_protocol(item, nextitem):
     if not _FAST_COMPILE or _relative_path(item) not in SUBPROCESS_FAST_COMPILE_FILES:
         yield
         return
-    previous = os.environ.get("JAX_DISABLE_MOST_OPTIMIZATIONS")
-    os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
-    try:
+    with pytest.MonkeyPatch.context() as patch:  # set for the item's protocol, restored after it
+        patch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
         yield
-    finally:
-        if previous is None:
-            os.environ.pop("JAX_DISABLE_MOST_OPTIMIZATIONS", None)
-        else:
-            os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = previous
 
 
 @pytest.fixture(autouse=True)
