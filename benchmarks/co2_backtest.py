@@ -112,8 +112,12 @@ def main(argv=None) -> None:
     ap.add_argument("--drift", default=None, help="kernel,ℓ,frac: another drift term (matern52/32/12)")
     ap.add_argument("--reference", action="store_true", help="score the random-walk reference instead")
     args = ap.parse_args(argv)
-    tag = "" if args.drift is None else "_" + use_drift(args.drift)
-    tag = "_random_walk" if args.reference else tag
+    if args.reference:
+        tag = "_random_walk"
+    elif args.drift is not None:
+        tag = "_" + use_drift(args.drift)
+    else:
+        tag = ""
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
