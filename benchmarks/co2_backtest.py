@@ -109,8 +109,9 @@ def main(argv=None) -> None:
     ap.add_argument("--mean", default="linear")
     ap.add_argument("--windows", default=",".join(str(w) for w in WINDOWS))
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
-    ap.add_argument("--drift", default=None, help="kernel,ℓ,frac: another drift term (matern52/32/12)")
-    ap.add_argument("--reference", action="store_true", help="score the random-walk reference instead")
+    instead = ap.add_mutually_exclusive_group()
+    instead.add_argument("--drift", default=None, help="kernel,ℓ,frac: another drift term (matern52/32/12)")
+    instead.add_argument("--reference", action="store_true", help="score the random-walk reference instead")
     args = ap.parse_args(argv)
     if args.reference:
         tag = "_random_walk"

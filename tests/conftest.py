@@ -167,9 +167,8 @@ _FAST_COMPILE = not os.environ.get("BAYES_RBFN_TEST_XLA_DEFAULTS")
 #: Test files whose time is other processes compiling: the CLI's subprocesses, the notebooks' kernels (smoke
 #: runs of at most 50 + 50 iterations), the distributed workers. For the whole of each such file, module
 #: fixtures included, those processes inherit ``JAX_DISABLE_MOST_OPTIMIZATIONS=1`` (the switch above, as JAX
-#: reads it at start-up): notebooks 05 and 07 took 54 s and 35 s instead of 64 s and 50 s, test_distributed
-#: 101 s instead of 115 s, alone (28 Nov 2026, 2-core AMD EPYC); the whole suite under both workers showed no
-#: measurable gain (benchmarks/README.md, *The test suite*).
+#: reads it at start-up). What it saves each file, and the whole suite, is in benchmarks/README.md,
+#: *The test suite*.
 SUBPROCESS_FAST_COMPILE_FILES = frozenset(
     {
         "test_notebooks.py",
