@@ -13,6 +13,9 @@ in years and outputs in ppm or in births per woman. All are log-normal, so NUTS 
   the data's box.
 * ``variance`` s²: LogNormal(log var(y), 1).
 
+Beside them, :class:`TruncatedInverseGamma`: an inverse-gamma prior cut off above, for a lengthscale whose
+network's centres cannot carry it beyond some length (``bayes_rbfn.models.birthdays``).
+
 References
 ----------
 [1] Hvarfner, C., Hellsten, E. O. & Nardi, L. (2024). Vanilla Bayesian optimization performs great in
@@ -28,8 +31,17 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
+from numpyro.distributions import constraints
+from numpyro.distributions.transforms import PowerTransform
 
-__all__ = ["DataScales", "data_scales", "lengthscale_prior", "scales_from", "variance_prior"]
+__all__ = [
+    "DataScales",
+    "TruncatedInverseGamma",
+    "data_scales",
+    "lengthscale_prior",
+    "scales_from",
+    "variance_prior",
+]
 
 
 @dataclass(frozen=True)
@@ -106,3 +118,34 @@ def variance_prior(scales: DataScales, fraction: float = 1.0, sd: float = 1.0) -
         A scalar distribution.
     """
     return dist.LogNormal(float(np.log((fraction * scales.y_sd) ** 2)), sd)
+
+
+class TruncatedInverseGamma(dist.TransformedDistribution):
+    """InverseGamma(concentration, rate) truncated to (0, high]: density ∝ x^(−concentration−1) e^(−rate/x).
+
+    Built as 1/g with g ~ Gamma(concentration, rate) truncated below at 1/high (NumPyro's
+    ``TruncatedGamma`` gives the normaliser and the draws). Its support is the interval (0, high), so NUTS
+    samples it through a logistic map onto that interval and never proposes a value above ``high``.
+    """
+
+    pytree_aux_fields = ("high",)
+
+    def __init__(self, concentration: float, rate: float, high: float, *, validate_args: bool | None = None):
+        """The truncated inverse gamma; ``ValueError`` for a bound that is not positive.
+
+        Args:
+            concentration: the shape α > 0.
+            rate: the scale β > 0 of the inverse gamma (the rate of the gamma of 1/x).
+            high: the upper bound, > 0.
+            validate_args: NumPyro's argument checks.
+        """
+        if not high > 0:
+            raise ValueError(f"high: expected a positive bound, got {high!r}")
+        self.high = high
+        truncated = dist.TruncatedGamma(concentration, rate, low=1.0 / high)
+        super().__init__(truncated, PowerTransform(-1.0), validate_args=validate_args)
+
+    @constraints.dependent_property(is_discrete=False, event_dim=0)
+    def support(self) -> constraints.Constraint:
+        """The interval (0, high]."""
+        return constraints.interval(0.0, self.high)
