@@ -86,3 +86,22 @@ def test_log_density_matches_dense_gaussian(frame):
     C = sum(dense["Q"].values()) + 0.2**2 * H @ H.T + 0.25 * np.eye(len(y))
     want = scipy.stats.multivariate_normal(np.zeros(len(y)), C).logpdf(y)
     assert_close(got, want, rtol=1e-9)
+
+
+def test_week_lengthscale_bound_keeps_the_centred_prior_well_conditioned(frame):
+    # Up to the bound the week trend's K_uu (NumPy, at its packaged centres) keeps its smallest eigenvalue
+    # above 10⁻³ of its diagonal; at twice the bound it has fallen below 10⁻⁴ (the wall the bound avoids).
+    data = B.birthdays_inputs(frame)
+    Z = B.centres(data["X"], data["t_sd"])["week"]
+
+    def smallest_eigenvalue(lengthscale):
+        K = np.exp(-0.5 * (Z[:, None] - Z[None, :]) ** 2 / lengthscale**2)
+        return np.linalg.eigvalsh(K)[0]
+
+    bound = B.WEEK_LENGTHSCALE_MAX
+    assert smallest_eigenvalue(bound) > 1e-3
+    assert smallest_eigenvalue(2 * bound) < 1e-4
+    prior = B.PRIORS["week_lengthscale"]
+    assert prior.support.upper_bound == bound
+    removed = scipy.stats.invgamma(10.0, scale=2.0).sf(bound)  # the case study's InverseGamma(10, 2)
+    assert removed < 1e-4
