@@ -252,7 +252,7 @@ def sampler_arguments(parser: argparse.ArgumentParser) -> None:
         type=probability,
         metavar="P",
         help=f"NUTS target acceptance probability; raise it (e.g. 0.95) after divergences "
-        f"(default {DEFAULT_TARGET_ACCEPT}; 0.9 for --dataset birthdays)",
+        f"(default {DEFAULT_TARGET_ACCEPT}; 0.95 for --dataset birthdays)",
     )
     sampler.add_argument(
         "--max-tree-depth",

@@ -93,8 +93,8 @@ def test_years_needs_the_birthdays_data(capsys, tmp_path):
 
 @pytest.mark.parametrize(
     "given, expected",
-    [([], 0.9), (["--target-accept", "0.8"], 0.8)],
-    ids=["default-0.9", "given-0.8"],
+    [([], 0.95), (["--target-accept", "0.8"], 0.8)],
+    ids=["default-0.95", "given-0.8"],
 )
 def test_target_acceptance_defaults_to_the_case_studys(tmp_path, given, expected):
     from bayes_rbfn.cli import birthdays as birthdays_cli
