@@ -124,7 +124,7 @@ class TruncatedInverseGamma(dist.TransformedDistribution):
     """InverseGamma(concentration, rate) truncated to (0, high]: density ∝ x^(−concentration−1) e^(−rate/x).
 
     Built as 1/g with g ~ Gamma(concentration, rate) truncated below at 1/high (NumPyro's
-    ``TruncatedGamma`` gives the normaliser and the draws). Its support is the interval (0, high), so NUTS
+    ``TruncatedGamma`` gives the normaliser and the draws). Its support is the interval (0, high], so NUTS
     samples it through a logistic map onto that interval and never proposes a value above ``high``.
     """
 
