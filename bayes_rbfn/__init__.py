@@ -13,6 +13,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+# numpyro whole, before any module of the package imports ``numpyro.distributions`` or arviz: arviz 1.x
+# (arviz-base) puts a lazily loaded ``numpyro`` into ``sys.modules`` when a program imports arviz first, and
+# ``import numpyro.distributions`` would then meet a half-initialised package (bayes_rbfn.io.arviz_compat).
+import numpyro  # noqa: F401
+
 __version__ = "0.1.0"
 __all__ = [
     "ConvergenceWarning",

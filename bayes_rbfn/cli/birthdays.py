@@ -226,8 +226,8 @@ def _report(
         loo = results.loo
         k_high = int(np.sum(np.asarray(loo.pareto_k) > 0.7))
         lines.append(
-            f"PSIS-LOO: elpd_loo = {float(loo.elpd_loo):.1f} (se {float(loo.se):.1f}), "
-            f"p_loo = {float(loo.p_loo):.1f}; Pareto k̂ > 0.7 at {k_high} of {n_days} days. "
+            f"PSIS-LOO: elpd_loo = {loo.elpd:.1f} (se {loo.se:.1f}), "
+            f"p_loo = {loo.p:.1f}; Pareto k̂ > 0.7 at {k_high} of {n_days} days. "
             f"LOO-R² = {results.loo_r2:.3f}."
         )
     if results.loo_note:

@@ -216,11 +216,9 @@ def configure_jax() -> None:
 @contextlib.contextmanager
 def quiet_libraries() -> Iterator[None]:
     """Silence ArviZ's logger and library warnings the report already covers in plain words."""
-    import arviz
+    from bayes_rbfn.io.arviz_compat import loggers as arviz_loggers
 
-    # ArviZ logs through a Logger it constructs itself (arviz._log), not the one logging.getLogger("arviz")
-    # returns; quiet both.
-    loggers = {logging.getLogger("arviz"), getattr(arviz, "_log", logging.getLogger("arviz"))}
+    loggers = arviz_loggers()
     levels = {logger: logger.level for logger in loggers}
     for logger in loggers:
         logger.setLevel(logging.ERROR)

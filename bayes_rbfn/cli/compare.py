@@ -113,7 +113,7 @@ def _compare_arguments(parser: argparse.ArgumentParser) -> None:
         "--ic",
         choices=("loo", "waic"),
         default="loo",
-        help="information criterion of the table (default loo: PSIS-LOO)",
+        help="information criterion of the table (default loo: PSIS-LOO; waic needs ArviZ 0.x)",
     )
     sampler_arguments(parser)
     output_arguments(parser)
@@ -137,9 +137,12 @@ class ComparePlan:
 
 def plan_compare(args: argparse.Namespace) -> ComparePlan:
     """Load and check everything before the first fit (no user error after sampling has started)."""
+    from bayes_rbfn.io.arviz_compat import WAIC_AVAILABLE
     from bayes_rbfn.io.output import default_output_dir, prepare_output_dir
     from bayes_rbfn.models import get_model
 
+    if args.ic == "waic" and not WAIC_AVAILABLE:
+        raise UserError("--ic: WAIC is gone from ArviZ 1.x, which this environment has; use --ic loo")
     data, source = load_data(args, DEFAULT_COMPARE_DATASET)
     try:
         planning.check_data_scales(data)

@@ -192,16 +192,15 @@ def _load(args: argparse.Namespace, rank: int) -> tuple[Any, Any, list[str], np.
 
 def _write(args, idata, names, test, console: Console, processes: int, seconds: float) -> None:
     """Process 0's output folder: inference.nc, summary.csv, report.txt (and test_scores.csv)."""
-    import arviz as az
     import pandas as pd
 
-    from bayes_rbfn.infer.diagnostics import check_convergence
+    from bayes_rbfn.infer.diagnostics import check_convergence, posterior_summary
     from bayes_rbfn.infer.schema import hyperparameter_names
     from bayes_rbfn.io.netcdf import write_inference_data
     from bayes_rbfn.io.output import atomic_output_dir
 
     idata.posterior.attrs["bayes_rbfn_command"] = " ".join([PROG, *args.argv])
-    summary = az.summary(idata, var_names=hyperparameter_names(idata))
+    summary = posterior_summary(idata, hyperparameter_names(idata)).round(4)
     check = check_convergence(idata)
     lines = [
         f"{PROG} fit: sor model, {processes} processes, {idata.observed_data['y'].size:,} observations "

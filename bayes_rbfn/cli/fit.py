@@ -851,10 +851,7 @@ def _report(
         )
     if results.loo is not None:
         loo = results.loo
-        lines.append(
-            f"PSIS-LOO: elpd_loo = {float(loo.elpd_loo):.1f} (se {float(loo.se):.1f}), "
-            f"p_loo = {float(loo.p_loo):.1f}."
-        )
+        lines.append(f"PSIS-LOO: elpd_loo = {loo.elpd:.1f} (se {loo.se:.1f}), p_loo = {loo.p:.1f}.")
     if results.loo_note:
         lines.append(results.loo_note)
     if plan.held_out is not None:

@@ -18,8 +18,9 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-import arviz as az
 import numpy as np
+
+from bayes_rbfn.io import arviz_compat
 
 __all__ = [
     "PARETO_K_MAX",
@@ -87,16 +88,14 @@ def check_convergence(idata: Any, var_names: list[str] | None = None) -> Converg
 
     ``var_names`` defaults to all posterior variables.
     """
-    post = idata.posterior
+    post = arviz_compat.group_dataset(idata, "posterior")
     # Hyperparameters by default, not the RBFN layer's M weights (whitened ``*_v``, ``*_alpha``).
     names = var_names or [v for v in post.data_vars if "inducing" not in post[v].dims]
     names = [n for n in names if n in post.data_vars] or list(post.data_vars)
     chains, draws = post.sizes["chain"], post.sizes["draw"]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        rhat = az.rhat(post, var_names=names) if chains > 1 else None  # r_hat needs two chains
-        ess_bulk = az.ess(post, var_names=names, method="bulk")
-        ess_tail = az.ess(post, var_names=names, method="tail")
+    rhat = arviz_compat.rhat(post, var_names=names) if chains > 1 else None  # r_hat needs two chains
+    ess_bulk = arviz_compat.ess(post, var_names=names, method="bulk")
+    ess_tail = arviz_compat.ess(post, var_names=names, method="tail")
 
     def worst(ds, fn):
         vals = np.concatenate([np.ravel(ds[v].values) for v in ds.data_vars])
@@ -106,7 +105,8 @@ def check_convergence(idata: Any, var_names: list[str] | None = None) -> Converg
     max_rhat = worst(rhat, np.max) if chains > 1 else float("nan")
     min_bulk = worst(ess_bulk, np.min)
     min_tail = worst(ess_tail, np.min)
-    divergences = int(idata.sample_stats["diverging"].values.sum()) if "sample_stats" in idata else 0
+    has_stats = "sample_stats" in arviz_compat.groups(idata)
+    divergences = int(idata.sample_stats["diverging"].values.sum()) if has_stats else 0
     problems = []
     if chains > 1 and not (max_rhat < RHAT_MAX):
         problems.append(
@@ -145,13 +145,11 @@ def posterior_summary(idata: Any, var_names: list[str]) -> Any:
     """
     import pandas as pd
 
-    post = idata.posterior[list(var_names)]
+    post = arviz_compat.group_dataset(idata, "posterior")[list(var_names)]
     scale = abs(post).max(dim=("chain", "draw"))
     scale = scale.where(np.isfinite(scale) & (scale > 0), 1.0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        stats = az.summary(post, kind="stats", round_to="none")
-        diagnostics = az.summary(post / scale, kind="diagnostics", round_to="none")
+    stats = arviz_compat.summary(post, kind="stats")
+    diagnostics = arviz_compat.summary(post / scale, kind="diagnostics")
     # az.summary's rows: the variables in order, each one's elements in C order, as ravel gives them.
     factor = np.concatenate([np.ravel(scale[name].values) for name in var_names])
     for column in ("mcse_mean", "mcse_sd"):
@@ -163,15 +161,16 @@ def psis_loo(idata: Any) -> tuple[Any | None, str]:
     """PSIS-LOO of a fit (``az.loo`` over its ``log_likelihood`` group) and a note on its reliability.
 
     Returns:
-        (ELPDData or None, note): the note counts observations with Pareto k̂ > :data:`PARETO_K_MAX`, passes
-        on ArviZ's own warning about high k̂, or says why LOO could not be computed (then None); "" when
-        all is well. LOO is a bonus in a report, never a reason to fail, so no exception escapes.
+        (:class:`~bayes_rbfn.io.arviz_compat.Loo` or None, note): the note counts observations with
+        Pareto k̂ > :data:`PARETO_K_MAX`, passes on ArviZ's own warning about high k̂, or says why LOO
+        could not be computed (then None); "" when all is well. LOO is a bonus in a report, never a
+        reason to fail, so no exception escapes.
     """
     loo, note = None, ""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         try:
-            loo = az.loo(idata, pointwise=True)
+            loo = arviz_compat.loo(idata)
         except Exception as err:
             return None, f"PSIS-LOO could not be computed ({type(err).__name__}: {err})."
     bad = int(np.sum(np.asarray(loo.pareto_k) > PARETO_K_MAX))
@@ -180,6 +179,6 @@ def psis_loo(idata: Any) -> tuple[Any | None, str]:
             f"{bad} observation(s) have Pareto k̂ > {PARETO_K_MAX}: the PSIS-LOO estimate is unreliable "
             "for them."
         )
-    elif any("Pareto" in str(w.message) for w in caught):
+    elif loo.warning:
         note = "ArviZ warns that some Pareto k̂ are high; treat elpd_loo with care."
     return loo, note

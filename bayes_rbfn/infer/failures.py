@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from bayes_rbfn.io.arviz_compat import groups
+
 __all__ = [
     "NO_VALID_START",
     "DegenerateModelError",
@@ -145,9 +147,10 @@ def _far_fixed_mean(problem: Any, y: np.ndarray, y_sd: float) -> str:
 
 def check_finite(idata: Any) -> None:
     """Raise :class:`NonFiniteResultError` when the fit's predictions or log-likelihood are not finite."""
-    groups = {"predictions": ("f_mean", "f_var"), "log_likelihood": None}
-    for group, names in groups.items():
-        if group not in idata.groups():
+    checked = {"predictions": ("f_mean", "f_var"), "log_likelihood": None}
+    present = groups(idata)
+    for group, names in checked.items():
+        if group not in present:
             continue
         data = idata[group]
         for name in names or list(data.data_vars):

@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import arviz as az
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -54,6 +53,7 @@ from bayes_rbfn.infer.processes import check_same, common_subsample, data_summar
 from bayes_rbfn.infer.programs import by_program
 from bayes_rbfn.infer.sampler import SamplerSettings, nuts_kernel, resolve_init, run_chains, sample_stats
 from bayes_rbfn.infer.schema import carry, kernel_kind, posterior_params, rebuild
+from bayes_rbfn.io import arviz_compat
 from bayes_rbfn.models import ModelConfig, ModelSpec, get_model, model_specs
 from bayes_rbfn.models.distributions import deferred_loo
 from bayes_rbfn.models.families import data_scales, get_family
@@ -518,7 +518,7 @@ MODEL_OPTIONS = frozenset(inspect.signature(build_model).parameters) - {
 
 def prior_predictive(
     model: str | ModelSpec, X: Any, y: Any, *, num_samples: int = 500, seed: int = 0, **options: Any
-) -> az.InferenceData:
+) -> Any:
     """Prior predictive check: draws of the parameters and of y from the prior of the model :func:`fit` runs.
 
     Args:
@@ -537,14 +537,10 @@ def prior_predictive(
     num_samples = check_positive_int(num_samples, "num_samples")
     problem = build_model(model, X, y, seed=seed, **options)
     draws, y_sim = _prior_draws(problem, num_samples, jax.random.PRNGKey(seed))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return az.from_dict(
-            prior=draws,
-            prior_predictive={"y": y_sim},
-            observed_data={"y": np.asarray(problem.y)},
-            dims={"y": ["obs"]},
-        )
+    return arviz_compat.from_groups(
+        {"prior": draws, "prior_predictive": {"y": y_sim}, "observed_data": {"y": np.asarray(problem.y)}},
+        dims={"y": ["obs"]},
+    )
 
 
 def _prior_draws(problem: GenerativeModel, num_samples: int, key: jax.Array) -> tuple[dict, np.ndarray]:
@@ -569,7 +565,7 @@ def _prior_draws(problem: GenerativeModel, num_samples: int, key: jax.Array) -> 
     return draws, y_sim
 
 
-def _add_prior(idata: az.InferenceData, problem: GenerativeModel, num_samples: int, seed: int) -> None:
+def _add_prior(idata: Any, problem: GenerativeModel, num_samples: int, seed: int) -> None:
     """Add the groups ``prior`` and ``prior_predictive`` of ``num_samples`` prior draws to a fit's ``idata``.
 
     Each parameter has the dimension names it has in ``posterior``.
@@ -582,7 +578,7 @@ def _add_prior(idata: az.InferenceData, problem: GenerativeModel, num_samples: i
     for name, value in draws.items():
         if name in post and post[name].shape[2:] == value.shape[2:]:
             dims[name] = list(post[name].dims[2:])
-    idata.add_groups(prior=draws, prior_predictive={"y": y_sim}, dims=dims)
+    arviz_compat.add_groups(idata, {"prior": draws, "prior_predictive": {"y": y_sim}}, dims=dims)
 
 
 def fit(
@@ -600,7 +596,7 @@ def fit(
     prior_draws: int | None = 0,
     coords: Mapping[str, Any] | None = None,
     **options: Any,
-) -> az.InferenceData:
+) -> Any:
     """Fit a model of the collection with NUTS and return ArviZ InferenceData (docs/output.md).
 
     validate → the model bound to its data (:func:`build_model`) → the one NUTS loop
@@ -712,7 +708,7 @@ def fit(
             replicates = _posterior_predictive(
                 problem.model, problem.args, spec, layout, samples, settings.seed, posterior_predictive
             )
-            idata.add_groups(posterior_predictive={"y": replicates}, dims={"y": ["obs"]})
+            arviz_compat.add_groups(idata, {"posterior_predictive": {"y": replicates}}, dims={"y": ["obs"]})
         check_finite(idata)
         if X_holdout is not None:
             _score_holdout(idata, X_holdout, y_holdout)
@@ -871,7 +867,7 @@ def holdout_split(
     return X[train], y[train], X[~train], y[~train]
 
 
-def _score_holdout(idata: az.InferenceData, X_test: np.ndarray, y_test: np.ndarray) -> None:
+def _score_holdout(idata: Any, X_test: np.ndarray, y_test: np.ndarray) -> None:
     """Score the fit's predictive of y* at the held-out points; store them and the scores in ``idata``.
 
     The scores are :func:`bayes_rbfn.infer.scores.score`'s.
@@ -904,22 +900,22 @@ def _check_coords(coords: Mapping[str, Any] | None, sizes: Mapping[str, int]) ->
             raise ValueError(f"coords: {dim!r} has {sizes[dim]} entries, got {len(values)} names")
 
 
-def _set_coords(idata: az.InferenceData, coords: Mapping[str, Any] | None) -> None:
+def _set_coords(idata: Any, coords: Mapping[str, Any] | None) -> None:
     """Name the coordinates of ``coords`` (e.g. ``input_dim``) in every group that has that dimension."""
     for dim, values in (coords or {}).items():
         values = list(values)
-        groups = [g for g in idata.groups() if dim in idata[g].dims]
-        if not groups:
-            raise ValueError(f"coords: no dimension {dim!r}; the InferenceData has obs, point, input_dim, …")
-        size = idata[groups[0]].sizes[dim]
+        sizes = {g: arviz_compat.group_dataset(idata, g).sizes.get(dim) for g in arviz_compat.groups(idata)}
+        size = next((n for n in sizes.values() if n is not None), None)
+        if size is None:
+            raise ValueError(f"coords: no dimension {dim!r}; the fit has obs, point, input_dim, …")
         if size != len(values):
             raise ValueError(f"coords: {dim!r} has {size} entries, got {len(values)} names")
-        idata.assign_coords({dim: values}, groups=groups, inplace=True)
+        arviz_compat.assign_coords(idata, dim, values)
 
 
 def _to_inference_data(
     spec, config, data, layout, samples, stats, X, y, Z, X_pred, log_likelihood: bool = True
-) -> az.InferenceData:
+) -> Any:
     samples = {k: np.asarray(v) for k, v in samples.items()}
     params = posterior_params(samples, config.fixed)
     work = draw_work(data)
@@ -964,18 +960,18 @@ def _to_inference_data(
     predictions_constant.update({k: np.asarray(v) for k, v in layout.predictions_constant_data.items()})
     dims.update(layout.dims)
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        idata = az.from_dict(
-            posterior=posterior,
-            sample_stats=sample_stats(stats),
-            log_likelihood=None if loglik is None else {"y": loglik},
-            observed_data={"y": np.asarray(y)},
-            constant_data=constant,
-            predictions={"f_mean": f_mean, "f_var": f_var},
-            predictions_constant_data=predictions_constant,
-            dims=dims,
-        )
+    idata = arviz_compat.from_groups(
+        {
+            "posterior": posterior,
+            "sample_stats": sample_stats(stats),
+            "log_likelihood": None if loglik is None else {"y": loglik},
+            "observed_data": {"y": np.asarray(y)},
+            "constant_data": constant,
+            "predictions": {"f_mean": f_mean, "f_var": f_var},
+            "predictions_constant_data": predictions_constant,
+        },
+        dims=dims,
+    )
     mean_attr = config.mean if isinstance(config.mean, str) else "callable"
     attrs = {
         "bayes_rbfn_model": spec.name,

@@ -33,11 +33,13 @@ References
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from bayes_rbfn.io import arviz_compat
+from bayes_rbfn.io.arviz_compat import group_dataset, groups, psis_log_weights, put_variable
 
 __all__ = ["loo_log_likelihood", "loo_pit", "loo_r2", "pit_weights", "replayed_loo"]
 
@@ -134,10 +136,7 @@ def loo_log_likelihood(
         dims=("chain", "draw", f"{site}_dim_0"),
         coords={"chain": post["chain"].values, "draw": post["draw"].values},
     )
-    if "log_likelihood" in idata.groups():
-        idata.log_likelihood[site] = array
-    else:
-        idata.add_groups(log_likelihood=xr.Dataset({site: array}))
+    put_variable(idata, "log_likelihood", site, array)
     return idata
 
 
@@ -146,20 +145,13 @@ def pit_weights(idata: Any, log_likelihood: np.ndarray) -> np.ndarray:
 
     The relative efficiency is ArviZ's for ``az.loo`` (mean ESS of the posterior over the number of draws).
     """
-    import arviz as az
-
     chains, draws = log_likelihood.shape[:2]
     flat = log_likelihood.reshape(chains * draws, -1)
     reff = 1.0
     if chains > 1:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ess = az.ess(idata.posterior, method="mean")
+        ess = arviz_compat.ess(group_dataset(idata, "posterior"), method="mean")
         reff = float(np.mean(np.hstack([np.ravel(ess[v].values) for v in ess.data_vars]))) / flat.shape[0]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a large Pareto k is az.loo's to report
-        log_weights, _ = az.psislw(-flat.T, reff=reff)
-    return np.exp(np.asarray(log_weights)).T
+    return np.exp(psis_log_weights(-flat, reff))
 
 
 def loo_r2(idata: Any, y: Any, log_likelihood: np.ndarray, residuals: np.ndarray) -> float:
@@ -190,7 +182,7 @@ def loo_r2(idata: Any, y: Any, log_likelihood: np.ndarray, residuals: np.ndarray
 
 
 def _stored_log_likelihood(idata: Any, site: str) -> np.ndarray | None:
-    if "log_likelihood" in idata.groups() and site in idata.log_likelihood:
+    if "log_likelihood" in groups(idata) and site in idata.log_likelihood:
         values = np.asarray(idata.log_likelihood[site].values)
         return values.reshape(*values.shape[:2], -1)
     return None

@@ -25,6 +25,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from bayes_rbfn.io.arviz_compat import put_variable
+
 __all__ = ["flat_draws", "observed_node", "posterior_replicates", "replay", "replicate_site"]
 
 
@@ -146,8 +148,5 @@ def posterior_replicates(
     array = xr.DataArray(
         y_rep, dims=dims, coords={"chain": post["chain"].values, "draw": post["draw"].values}
     )
-    if "posterior_predictive" in samples.groups():
-        samples.posterior_predictive[site] = array
-    else:
-        samples.add_groups(posterior_predictive=xr.Dataset({site: array}))
+    put_variable(samples, "posterior_predictive", site, array)
     return samples

@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from bayes_rbfn.io.arviz_compat import groups
 from bayes_rbfn.models import ModelConfig, ModelSpec, get_model
 from bayes_rbfn.models.families import FAMILIES, get_family
 from bayes_rbfn.models.layout import Layout
@@ -119,7 +120,7 @@ def rebuild_with_layout(
         precision=str(attrs.get("bayes_rbfn_precision", "float64")),
     )
     cd = idata.constant_data
-    pcd = idata.predictions_constant_data if "predictions_constant_data" in idata.groups() else cd
+    pcd = idata.predictions_constant_data if "predictions_constant_data" in groups(idata) else cd
     X = jnp.asarray(cd["X"].values)
     y = jnp.asarray(idata.observed_data["y"].values)
     Z = jnp.asarray(cd["Z"].values) if "Z" in cd else None

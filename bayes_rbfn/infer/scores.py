@@ -37,6 +37,8 @@ from typing import Any
 import numpy as np
 from scipy.special import logsumexp
 
+from bayes_rbfn.io.arviz_compat import groups
+
 __all__ = [
     "BACKTEST_LEVELS",
     "CRPS_COMPONENTS",
@@ -205,7 +207,7 @@ def score(
 
 def _is_x_pred(idata: Any, X: np.ndarray, group: Any, kernel: Any, mean: Any) -> bool:
     """Whether (X, group) are exactly the inputs (and group codes) of the fit's stored ``predictions``."""
-    if "predictions" not in idata.groups() or "predictions_constant_data" not in idata.groups():
+    if not {"predictions", "predictions_constant_data"} <= set(groups(idata)):
         return False
     pcd = idata.predictions_constant_data
     X_pred = np.asarray(pcd["X_pred"].values)

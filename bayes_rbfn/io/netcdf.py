@@ -30,13 +30,15 @@ def write_inference_data(idata: Any, path: str | os.PathLike[str]) -> None:
     """
     import xarray as xr
 
+    from bayes_rbfn.io.arviz_compat import group_dataset, groups
+
     memory = io.BytesIO()
     mode = "w"
     if idata.attrs:
         xr.Dataset(attrs=idata.attrs).to_netcdf(memory, mode=mode, engine="h5netcdf", group="/")
         mode = "a"
-    for group in idata.groups():
-        data = idata[group]
+    for group in groups(idata):
+        data = group_dataset(idata, group)
         encoding = {
             name: {"zlib": True} for name, values in data.variables.items() if _compressible(values.dtype)
         }

@@ -38,6 +38,7 @@ import numpy as np
 from bayes_rbfn.infer.loo import loo_r2, replayed_loo
 from bayes_rbfn.infer.replicates import flat_draws, replay
 from bayes_rbfn.infer.sampler import SamplerSettings, nuts_kernel, run_chains, sample_stats
+from bayes_rbfn.io import arviz_compat
 from bayes_rbfn.models import birthdays as B
 from bayes_rbfn.workflows.planning import DATASET_TREE_DEPTHS
 
@@ -138,8 +139,6 @@ def fit_birthdays(
         InferenceData with posterior, sample_stats, observed_data, constant_data, log_likelihood (LOO
         conditionals; attribute ``loo_r2``) and predictions (the components).
     """
-    import arviz as az
-
     data = B.load_birthdays(years)
     args = data["model_args"]
     N = len(data["y"])
@@ -166,7 +165,7 @@ def fit_birthdays(
         "weekday": ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"],
         "holiday": list(B.HOLIDAYS),
     }
-    draws_only = az.from_dict(posterior=posterior)
+    draws_only = arviz_compat.from_groups({"posterior": posterior})
     loo_values = replayed_loo(draws_only, B.birthdays_model, args, {}, batch_size=_BATCH)
     residuals = replayed_loo(draws_only, B.birthdays_model, args, {}, batch_size=_BATCH, statistic="residual")
 
@@ -177,21 +176,24 @@ def fit_birthdays(
     predictions = {k: v.reshape(chains, len(keep), *v.shape[1:]) for k, v in components(flat, data).items()}
 
     relative = data["y"] * data["y_sd"] + data["y_mean"]
-    idata = az.from_dict(
-        posterior=posterior,
-        sample_stats=sample_stats(stats),
-        log_likelihood={"y": loo_values},
-        observed_data={"y": np.asarray(data["y"])},
-        constant_data={
-            "X": np.asarray(data["X"]),
-            "date": np.asarray(data["dates"]),
-            "births": relative * data["births_mean"],
+    idata = arviz_compat.from_groups(
+        {
+            "posterior": posterior,
+            "predictions": predictions,
+            "log_likelihood": {"y": loo_values},
+            "sample_stats": sample_stats(stats),
+            "observed_data": {"y": np.asarray(data["y"])},
+            "constant_data": {
+                "X": np.asarray(data["X"]),
+                "date": np.asarray(data["dates"]),
+                "births": relative * data["births_mean"],
+            },
         },
-        predictions=predictions,
         dims=dims,
         coords=coords,
     )
-    idata.predictions = idata.predictions.assign_coords(draw=keep)
+    predictions_kept = arviz_compat.group_dataset(idata, "predictions").assign_coords(draw=keep)
+    arviz_compat.add_groups(idata, {"predictions": predictions_kept})
     idata.log_likelihood.attrs["loo_r2"] = loo_r2(idata, data["y"], loo_values, residuals)
     scales = {k: float(data[k]) for k in ("t_mean", "t_sd", "y_mean", "y_sd", "births_mean", "period")}
     idata.constant_data.attrs.update({f"bayes_rbfn_{k}": v for k, v in scales.items()})
