@@ -2,7 +2,8 @@
 
 Every function draws on a :class:`matplotlib.figure.Figure` it creates itself and saves it with the Agg
 renderer, so nothing here touches pyplot's global state or needs a display; the functions can be called
-from a script, a notebook or the CLI alike. ArviZ draws the trace and rank plots into axes made here.
+from a script, a notebook or the CLI alike. The trace and rank plots are drawn with matplotlib alone from
+the draws ``idata.posterior[name].values`` (chain, draw, ...), the same way under every ArviZ version.
 
 The predictive figures take the summaries already computed from the per-draw analytic moments (the
 mixture mean and central intervals of y*, see :func:`bayes_rbfn.infer.predictive.mixture_quantiles`); they do
@@ -13,7 +14,6 @@ inference themselves. Inducing inputs Z are marked as ticks along the bottom of 
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,27 +47,70 @@ def _save(fig: Figure, path: str | os.PathLike[str]) -> None:
     fig.savefig(path, dpi=_DPI)
 
 
+#: Line styles of the elements of a vector-valued variable in the trace plot (cycled).
+_ELEMENT_STYLES = ("solid", "dashed", "dotted", "dashdot")
+
+
+def _draws(idata: Any, name: str) -> np.ndarray:
+    """(chain, draw, K) posterior draws of ``name``, its trailing dimensions flattened to K elements."""
+    values = np.asarray(idata.posterior[name].values, dtype=float)
+    return values.reshape(values.shape[0], values.shape[1], -1)
+
+
+def _density(ax: Any, x: np.ndarray, grid: np.ndarray, **style: Any) -> None:
+    """Gaussian KDE of the finite values of ``x`` on ``grid``; a vertical line where they do not vary."""
+    from scipy.stats import gaussian_kde
+
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return
+    if x.size < 2 or np.ptp(x) == 0.0:
+        ax.axvline(x[0], **style)
+        return
+    try:
+        ax.plot(grid, gaussian_kde(x)(grid), **style)
+    except np.linalg.LinAlgError:  # (numerically) constant draws
+        ax.axvline(float(np.mean(x)), **style)
+
+
 def plot_trace(idata: Any, var_names: Sequence[str], path: str | os.PathLike[str]) -> None:
     """Trace plot (per-chain densities left, draws right) of ``var_names``, one row per variable.
 
-    Vector-valued variables (one value per group or input dimension) share their row (ArviZ ``compact``).
-    """
-    import arviz as az
+    Drawn with matplotlib from the posterior draws, one colour per chain; the densities are Gaussian
+    kernel density estimates. Vector-valued variables (one value per group or input dimension) share their
+    row, one line style per element (as ArviZ's ``compact`` trace plot).
 
+    Args:
+        idata: InferenceData or DataTree of the fit, with a ``posterior`` group.
+        var_names: the posterior variables to draw.
+        path: the image file to write.
+    """
     names = list(var_names)
     fig = Figure(figsize=(11, max(2.2, 1.9 * len(names))), layout="constrained")
-    axes = np.atleast_2d(fig.subplots(len(names), 2, squeeze=False))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        az.plot_trace(
-            idata,
-            var_names=names,
-            compact=True,
-            chain_prop="color",
-            compact_prop={"linestyle": ["solid", "dashed", "dotted", "dashdot"]},
-            axes=axes,
-            show=False,
-        )
+    axes = fig.subplots(len(names), 2, squeeze=False)
+    for (left, right), name in zip(axes, names, strict=True):
+        draws = _draws(idata, name)
+        num_chains, num_draws, num_elements = draws.shape
+        finite = draws[np.isfinite(draws)]
+        lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+        pad = 0.05 * (hi - lo) if hi > lo else 0.5 * max(abs(lo), 1.0)
+        grid = np.linspace(lo - pad, hi + pad, 200)
+        steps = np.arange(num_draws)
+        for k in range(num_elements):
+            for c in range(num_chains):
+                style = {"color": f"C{c}", "linestyle": _ELEMENT_STYLES[k % len(_ELEMENT_STYLES)]}
+                _density(left, draws[c, :, k], grid, lw=1.0, **style)
+                right.plot(steps, draws[c, :, k], lw=0.5, alpha=0.7, **style)
+        title = name if num_elements == 1 else f"{name} ({num_elements} elements, one line style each)"
+        left.set_title(title, fontsize=9)
+        right.set_title(title, fontsize=9)
+        left.set_yticks([])
+        left.set_xlim(grid[0], grid[-1])
+        right.set_xlim(0, max(num_draws - 1, 1))
+        for ax in (left, right):
+            ax.tick_params(labelsize=8)
+    axes[-1, 0].set_xlabel("value", fontsize=8)
+    axes[-1, 1].set_xlabel("draw", fontsize=8)
     fig.suptitle("MCMC traces of the hyperparameters (one colour per chain)")
     _save(fig, path)
 
@@ -75,20 +118,60 @@ def plot_trace(idata: Any, var_names: Sequence[str], path: str | os.PathLike[str
 def plot_rank(idata: Any, var_names: Sequence[str], path: str | os.PathLike[str]) -> None:
     """Rank plot (Vehtari et al. 2021) of scalar ``var_names``.
 
-    Flat, overlapping histograms per chain mean the chains mix; a chain whose ranks pile up at one end has
-    not explored the same region.
-    """
-    import arviz as az
+    The draws of all chains are ranked together (``scipy.stats.rankdata``, ties averaged) and each chain's
+    ranks are histogrammed, one row of bars per chain, with a dashed line at the count a uniform histogram
+    would have. Flat histograms mean the chains mix; a chain whose ranks pile up at one end has not
+    explored the same region. A vector-valued variable gets one panel per element.
 
-    names = list(var_names)
-    cols = min(3, len(names))
-    rows = -(-len(names) // cols)
+    Args:
+        idata: InferenceData or DataTree of the fit, with a ``posterior`` group.
+        var_names: the posterior variables to draw (scalar ones; see above for the others).
+        path: the image file to write.
+
+    References:
+        Vehtari, A., Gelman, A., Simpson, D., Carpenter, B. & Bürkner, P.-C. (2021). Rank-normalization,
+        folding, and localization: an improved R-hat for assessing convergence of MCMC. Bayesian Analysis
+        16(2), 667–718.
+    """
+    from scipy.stats import rankdata
+
+    panels = []
+    for name in var_names:
+        draws = _draws(idata, name)
+        labels = [name] if draws.shape[2] == 1 else [f"{name}[{k}]" for k in range(draws.shape[2])]
+        panels.extend((label, draws[:, :, k]) for k, label in enumerate(labels))
+    cols = min(3, len(panels))
+    rows = -(-len(panels) // cols)
     fig = Figure(figsize=(3.8 * cols, 2.6 * rows), layout="constrained")
-    axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False).ravel())
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        az.plot_rank(idata, var_names=names, ax=axes[: len(names)], show=False)
-    for ax in axes[len(names) :]:
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for ax, (label, values) in zip(axes, panels, strict=False):
+        num_chains, num_draws = values.shape
+        ranks = rankdata(values, axis=None).reshape(values.shape)
+        total = ranks.size
+        # Twice Sturges' number of bins for one chain's draws, as ArviZ's rank plot.
+        bins = int(np.ceil(2 * np.log2(max(num_draws, 2)))) + 1
+        edges = np.linspace(0.5, total + 0.5, bins + 1)
+        counts = np.stack([np.histogram(ranks[c], bins=edges)[0] for c in range(num_chains)])
+        scale = 0.9 / max(int(counts.max()), 1)
+        for c in range(num_chains):
+            ax.bar(
+                edges[:-1],
+                counts[c] * scale,
+                width=np.diff(edges),
+                bottom=c,
+                align="edge",
+                color=f"C{c}",
+                edgecolor="white",
+                linewidth=0.5,
+            )
+            ax.axhline(c + num_draws / bins * scale, color="0.2", lw=0.8, ls="--")
+        ax.set_yticks(np.arange(num_chains), [f"chain {c}" for c in range(num_chains)])
+        ax.set_xlim(edges[0], edges[-1])
+        ax.set_ylim(0, num_chains)
+        ax.set_xlabel("rank (all chains)", fontsize=8)
+        ax.set_title(label, fontsize=9)
+        ax.tick_params(labelsize=8)
+    for ax in axes[len(panels) :]:
         ax.set_axis_off()
     fig.suptitle("Rank plots of the hyperparameters (uniform per chain = good mixing)")
     _save(fig, path)

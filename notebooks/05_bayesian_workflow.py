@@ -15,9 +15,12 @@
 #
 # The kernel hyperparameters are not fixed here: NUTS samples lengthscale, variance and noise of the SoR
 # GP `y ~ N(c, Q_ff + σ²I)` (its weights marginalised analytically, docs/mathematics.md#function-space-and-weight-space-agree) on Snelson's data. ArviZ
-# checks the chains (trace and rank plots, r_hat, effective sample sizes) and estimates the out-of-sample
-# predictive accuracy with PSIS-LOO from the stored leave-one-out conditionals `log p(y_i | y_−i, θ)`
-# (Bürkner, Gabry & Vehtari 2020). The posterior predictive is the mixture over draws of the analytic
+# checks the chains (r_hat, effective sample sizes; trace and rank plots drawn by `bayes_rbfn.plots`) and
+# estimates the out-of-sample predictive accuracy with PSIS-LOO from the stored leave-one-out conditionals
+# `log p(y_i | y_−i, θ)` (Bürkner, Gabry & Vehtari 2020). `fit` returns an ArviZ InferenceData on ArviZ 0.x
+# and an xarray DataTree on ArviZ 1.x, with the same groups; ArviZ's statistics are called through
+# `bayes_rbfn.io.arviz_compat` and `bayes_rbfn.infer.diagnostics`, which give the same tables under both, so
+# the notebook runs under either line. The posterior predictive is the mixture over draws of the analytic
 # per-draw SoR predictive (law of total variance). The second half fits the hierarchical (grouped) SoR
 # model to a six-country panel of fertility rates, with per-country hyperparameters partially pooled,
 # and draws each country's predictive curve.
@@ -33,12 +36,14 @@ import numpyro
 numpyro.set_host_device_count(2)  # two CPU devices: the two NUTS chains run in parallel
 numpyro.enable_x64()
 
-import arviz as az
 import matplotlib.pyplot as plt
 import numpy as np
+from IPython.display import Image, display
 
 import bayes_rbfn as br
-from bayes_rbfn.infer.diagnostics import check_convergence
+from bayes_rbfn import plots
+from bayes_rbfn.infer.diagnostics import check_convergence, posterior_summary
+from bayes_rbfn.io import arviz_compat
 from bayes_rbfn.io.datasets import load_dataset
 
 OUT = Path(os.environ.get("NOTEBOOK_OUTPUT_DIR") or tempfile.mkdtemp(prefix="bayes_rbfn_nb05_"))
@@ -81,31 +86,27 @@ idata = br.fit(
 print(idata)
 
 # %%
-summary = az.summary(idata, var_names=["lengthscale", "variance", "noise"])
-print(summary)
+hyper = ["lengthscale", "variance", "noise"]
+summary = posterior_summary(idata, hyper)  # az.summary's table: mean, sd, 94% HDI, MCSE, ESS, r_hat
+print(summary.round(3))
 print()
 print(check_convergence(idata).verdict())
 
 # %%
-axes = az.plot_trace(idata, var_names=["lengthscale", "variance", "noise"], figsize=(10, 6))
-fig = axes.ravel()[0].figure
-fig.tight_layout()
-fig.savefig(OUT / "05_sor_trace.png", dpi=100)
-
-axes = az.plot_rank(idata, var_names=["lengthscale", "variance", "noise"], figsize=(12, 3))
-fig = np.ravel(axes)[0].figure
-fig.tight_layout()
-fig.savefig(OUT / "05_sor_rank.png", dpi=100)
+plots.plot_trace(idata, hyper, OUT / "05_sor_trace.png")
+plots.plot_rank(idata, hyper, OUT / "05_sor_rank.png")
+display(Image(OUT / "05_sor_trace.png"), Image(OUT / "05_sor_rank.png"))
 
 # %% [markdown]
 # ### PSIS-LOO
 #
 # The stored `log_likelihood` holds one LOO conditional per observation and draw; `az.loo` importance-
-# samples over the hyperparameter draws. Pareto k values below 0.7 mean the estimate is reliable.
+# samples over the hyperparameter draws (`arviz_compat.loo` calls it and returns the same fields under both
+# ArviZ lines). Pareto k values below 0.7 mean the estimate is reliable.
 
 # %%
-loo = az.loo(idata, pointwise=True)
-print(loo)
+loo = arviz_compat.loo(idata)
+print(f"elpd_loo = {loo.elpd:.1f} ± {loo.se:.1f} (p_loo = {loo.p:.1f}) over {loo.elpd_i.size} observations")
 print(f"largest Pareto k: {float(loo.pareto_k.max()):.3f}")
 
 # %% [markdown]
@@ -158,18 +159,47 @@ print(
 # ### Posterior predictive check and LOO-PIT
 #
 # `fit` stores replicates y_rep ~ p(y_rep | y, θ) in `posterior_predictive`: at each draw f is drawn from its
-# conditional given the data (in weight space for SoR), then the noise is added — so `az.plot_ppc`
-# compares the data with what the fitted model predicts, not with the prior.
+# conditional given the data (in weight space for SoR), then the noise is added — so the check below (the
+# density of the data against those of 50 replicates, what `az.plot_ppc` draws, here in a few lines of
+# matplotlib) compares the data with what the fitted model predicts, not with the prior.
 #
 # LOO-PIT asks whether each observation looks like a draw from its own leave-one-out predictive:
 # `br.loo_pit` averages the exact LOO conditionals' CDFs Φ((y_i − μ_−i)/σ_−i) over the draws with PSIS
-# weights. The values are uniform for a calibrated model. (`az.loo_pit` weights the replicates instead;
-# for a GP marginal those have seen y_i through f, so it is not the LOO predictive.) A fit with the noise
-# pinned ten times too small shows what a misfit looks like: its predictive bands are far too narrow and
-# the PIT values pile up at 0 and 1.
+# weights. The values are uniform for a calibrated model: their ECDF minus the uniform CDF stays inside a
+# simultaneous 95% band (here the Dvoretzky–Kiefer–Wolfowitz band ±√(log(2/0.05)/(2N)), a little wider
+# than ArviZ's simulated one). (ArviZ's `loo_pit` weights the replicates instead; for a GP marginal those
+# have seen y_i through f, so it is not the LOO predictive.) A fit with the noise pinned ten times too small
+# shows what a misfit looks like: its predictive bands are far too narrow and the PIT values pile up at 0
+# and 1.
 
 # %%
 from scipy import stats
+
+
+def plot_ppc(ax, y, y_rep, num=50, seed=0):
+    """The density of the data (black) over those of `num` replicates (rows of y_rep) and their mean."""
+    rows = np.random.default_rng(seed).choice(len(y_rep), size=min(num, len(y_rep)), replace=False)
+    grid = np.linspace(min(y.min(), y_rep[rows].min()), max(y.max(), y_rep[rows].max()), 200)
+    densities = np.stack([stats.gaussian_kde(y_rep[r])(grid) for r in rows])
+    ax.plot(grid, densities.T, color="C0", lw=0.5, alpha=0.3)
+    ax.plot(grid, densities.mean(axis=0), "C1--", lw=1.2, label="mean of the replicates")
+    ax.plot(grid, stats.gaussian_kde(y)(grid), "k", lw=1.5, label="data")
+    ax.plot([], [], color="C0", lw=0.5, label=f"{len(rows)} replicates y_rep")
+    ax.set_xlabel("y")
+    ax.legend(fontsize=7)
+
+
+def plot_pit_ecdf(ax, pit, prob=0.95):
+    """ECDF of the PIT values minus the uniform CDF, in the simultaneous DKW band of probability `prob`."""
+    u = np.linspace(0.0, 1.0, 501)
+    half_width = np.sqrt(np.log(2.0 / (1.0 - prob)) / (2.0 * pit.size))
+    ax.fill_between(u, -half_width, half_width, color="C0", alpha=0.2, lw=0, label=f"{prob:.0%} band")
+    ax.plot(u, np.searchsorted(np.sort(pit), u, side="right") / pit.size - u, "C0", lw=1.2)
+    ax.axhline(0.0, color="0.6", lw=0.8)
+    ax.set_xlim(0.0, 1.0)
+    ax.set_xlabel("PIT value")
+    ax.set_ylabel("ECDF − uniform CDF")
+
 
 pit = br.loo_pit(idata)
 idata_narrow = br.fit(
@@ -187,10 +217,11 @@ idata_narrow = br.fit(
 )
 pit_narrow = br.loo_pit(idata_narrow)
 fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
-az.plot_ppc(idata, num_pp_samples=50, ax=axes[0])
+y_rep = idata.posterior_predictive["y"].values  # (chain, draw, obs)
+plot_ppc(axes[0], idata.observed_data["y"].values, y_rep.reshape(-1, y_rep.shape[-1]))
 axes[0].set_title("posterior predictive check")
 for ax, values, title in ((axes[1], pit, "LOO-PIT, sampled noise"), (axes[2], pit_narrow, "LOO-PIT, σ/10")):
-    az.plot_ecdf(values, cdf=stats.uniform.cdf, confidence_bands=True, difference=True, ax=ax)
+    plot_pit_ecdf(ax, values)
     ax.set_title(title)
 fig.tight_layout()
 fig.savefig(OUT / "05_sor_ppc_loo_pit.png", dpi=100)
@@ -240,7 +271,8 @@ idata_g = br.fit(
     check_diagnostics=False,  # the verdict is printed below
 )
 print(check_convergence(idata_g).verdict())
-summary_g = az.summary(idata_g, var_names=["~_z"], filter_vars="like")  # all but the raw z's
+names_g = [name for name in idata_g.posterior.data_vars if "_z" not in name]  # all but the raw z's
+summary_g = posterior_summary(idata_g, names_g)
 columns = ["mean", "sd", "ess_bulk", "ess_tail", "r_hat"]
 print("\npopulation parameters:")
 print(summary_g.loc[[i for i in summary_g.index if i.endswith(("_mu", "_tau"))], columns])

@@ -168,3 +168,31 @@ def test_every_module_declares_all(name):
         for node in tree.body
     )
     assert declared, f"{name} has no __all__"
+
+
+#: The one module of the package that imports arviz: the two ArviZ lines (0.x InferenceData, 1.x DataTree)
+#: differ only there.
+ARVIZ_MODULE = "bayes_rbfn.io.arviz_compat"
+
+
+def arviz_importers(path: Path) -> bool:
+    """Whether ``path`` imports arviz (or one of its parts: arviz_base, arviz_stats, arviz_plots)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.level == 0:
+            names = [node.module or ""]
+        if any(n.split(".")[0] in {"arviz", "arviz_base", "arviz_stats", "arviz_plots"} for n in names):
+            return True
+    return False
+
+
+def test_the_arviz_check_finds_an_import(tmp_path):
+    for text in ("import arviz as az\n", "def f():\n    from arviz_stats import loo\n"):
+        (tmp_path / "m.py").write_text(text)
+        assert arviz_importers(tmp_path / "m.py")
+    (tmp_path / "m.py").write_text("import arvizish\n")
+    assert not arviz_importers(tmp_path / "m.py")
+
+
+def test_only_the_compat_module_imports_arviz():
+    assert sorted(name for name, path in MODULES.items() if arviz_importers(path)) == [ARVIZ_MODULE]

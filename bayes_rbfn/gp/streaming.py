@@ -111,15 +111,24 @@ def varying_like(tree: Any, ref: jax.Array) -> Any:
 
     A scan's carry must have the type of what the chunks add to it.
     """
-    axes = set(getattr(jax.typeof(ref), "vma", ()) or ())
+    axes = _varying_axes(ref)
     if not axes:
         return tree
 
     def one(a):
-        missing = tuple(sorted(axes - set(getattr(jax.typeof(a), "vma", ()) or ())))
+        missing = tuple(sorted(axes - _varying_axes(a)))
         return lax.pcast(a, missing, to="varying") if missing else a
 
     return jax.tree_util.tree_map(one, tree)
+
+
+def _varying_axes(a: Any) -> set[str]:
+    """The shard_map axes ``a`` varies over: ``vma`` of its type (jax 0.9) or ``manual_axis_type.varying``."""
+    aval = jax.typeof(a)
+    axes = getattr(aval, "vma", None)
+    if axes is None:
+        axes = getattr(getattr(aval, "manual_axis_type", None), "varying", ())
+    return set(axes or ())
 
 
 def stream(body: Callable, carry: Any, C: int, *arrays: Any) -> tuple[Any, Any]:

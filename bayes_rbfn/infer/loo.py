@@ -15,8 +15,9 @@ likelihood; the w_is are the Pareto-smoothed importance weights ∝ 1 / p(y_i | 
 ``arviz.loo_pit`` instead weights the ``posterior_predictive`` replicates: right for a factorised model,
 whose replicate of y_i given θ does not depend on y_i, but not for a GP marginal, whose replicates
 y_rep ~ p(y_rep | y, θ) have seen y_i through f (its values are pulled towards 1/2 and hide misfit).
-For a model of this package use :func:`loo_pit`; to draw the result, ``arviz.plot_ecdf(pit,
-cdf=scipy.stats.uniform.cdf, confidence_bands=True)``.
+For a model of this package use :func:`loo_pit`; to draw the result, plot the ECDF of the values minus
+the uniform CDF with a simultaneous band (Säilynoja, Bürkner & Vehtari 2022; the SBC workflow's
+``ecdf_band`` computes one for ranks).
 
 References
 ----------

@@ -102,13 +102,14 @@ def groups(idata: Any) -> tuple[str, ...]:
 def _dataset(name: str, variables: Mapping[str, Any], dims: Mapping[str, Sequence[str]]) -> xr.Dataset:
     """A group's Dataset: each variable with its named dims (``<var>_dim_<i>`` where none are given).
 
-    Variables of a sampled group lead with (chain, draw). Every dimension gets integer coordinates
-    0, 1, …, as ArviZ's converters give it.
+    Variables of a sampled group lead with (chain, draw); a scalar of another group is stored with one
+    element (shape (1,)), as ArviZ 0.x's converter stores it, so that files keep one schema. Every
+    dimension gets integer coordinates 0, 1, …, as ArviZ's converters give it.
     """
     lead = SAMPLE_DIMS if name in _SAMPLED else ()
     arrays = {}
     for var, value in variables.items():
-        value = np.asarray(value)
+        value = np.asarray(value) if lead else np.atleast_1d(value)
         rest = value.ndim - len(lead)
         names = list(dims.get(var, ()))[:rest]
         names += [f"{var}_dim_{i}" for i in range(len(names), rest)]
@@ -227,6 +228,8 @@ def mcse_mean(draws: np.ndarray) -> float:
     """Monte-Carlo standard error of the mean of (chain, draw) draws (``az.mcse``), quietly."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        if not ARVIZ_1:  # 0.x: an array gives a number (a DataArray would give a Dataset)
+            return float(np.asarray(az.mcse(np.asarray(draws), method="mean")))
         return float(np.asarray(az.mcse(xr.DataArray(np.asarray(draws), dims=SAMPLE_DIMS), method="mean")))
 
 
@@ -277,7 +280,16 @@ class Loo:
 
 def loo(idata: Any, reff: float | None = None) -> Loo:
     """PSIS-LOO over ``idata``'s one ``log_likelihood`` variable (``az.loo(…, pointwise=True)``)."""
-    result = az.loo(idata, pointwise=True, reff=reff)
+    try:
+        result = az.loo(idata, pointwise=True, reff=reff)
+    except ValueError as err:  # 1.x: too few draws for a Pareto tail of 5; 0.x then leaves them unsmoothed
+        if not ARVIZ_1 or "n_draws_tail" not in str(err):
+            raise
+        log_lik = next(iter(group_dataset(idata, "log_likelihood").data_vars.values()))
+        log_ratios = -log_lik
+        log_weights = log_ratios - log_ratios.reduce(np.logaddexp.reduce, dim=SAMPLE_DIMS)
+        pareto_k = xr.full_like(log_lik.isel(chain=0, draw=0, drop=True), np.inf)
+        result = az.loo(idata, pointwise=True, reff=reff, log_weights=log_weights, pareto_k=pareto_k)
     if ARVIZ_1:
         elpd, p = result.elpd, result.p
     else:
@@ -308,10 +320,16 @@ def psis_log_weights(log_ratios: np.ndarray, reff: float) -> np.ndarray:
         if not ARVIZ_1:
             log_weights, _ = az.psislw(log_ratios.T, reff=reff)
             return np.asarray(log_weights).T
-        # arviz-stats takes log-likelihood values, whose negatives are the LOO log ratios.
+        # arviz-stats takes log-likelihood values, whose negatives are the LOO log ratios. With too few
+        # draws for a tail of 5 it refuses; 0.x then leaves the ratios unsmoothed, and so does this.
         log_lik = xr.DataArray(-log_ratios[None], dims=(*SAMPLE_DIMS, "obs"))
-        log_weights, _ = log_lik.azstats.psislw(r_eff=reff)
-    log_weights = np.asarray(log_weights.transpose(*SAMPLE_DIMS, "obs").values)[0]
+        try:
+            log_weights, _ = log_lik.azstats.psislw(r_eff=reff)
+            log_weights = np.asarray(log_weights.transpose(*SAMPLE_DIMS, "obs").values)[0]
+        except ValueError as err:
+            if "n_draws_tail" not in str(err):
+                raise
+            log_weights = log_ratios
     return log_weights - np.logaddexp.reduce(log_weights, axis=0)
 
 

@@ -16,8 +16,9 @@ inducing inputs Z and the same seed, and returns a :class:`Comparison`:
   method, below); and the convergence of each fit (``r_hat``, ``divergences``) and the share of
   prediction points where its predictive variance has collapsed (``collapsed_points``);
 * ``idatas`` — one InferenceData per model, exactly as :func:`bayes_rbfn.fit` returns it;
-* ``plot(path)`` — ArviZ's comparison plot, the held-out elpd, and the predictive bands of every model on
-  one figure; ``write(folder)`` — table CSV, plot PNG and ``inference_<model>.nc`` files, atomically.
+* ``plot(path)`` — the elpd comparison plot of ``table`` (in the style of ArviZ's, drawn with matplotlib),
+  the held-out elpd, and the predictive bands of every model on one figure; ``write(folder)`` — table
+  CSV, plot PNG and ``inference_<model>.nc`` files, atomically.
 
 What the two criteria measure. PSIS-LOO scores the *training* density each model's posterior was sampled
 from. Models with the same training density therefore tie: SoR, DTC and augmented SoR share SoR's marginal
@@ -54,13 +55,11 @@ References
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import arviz as az
 import numpy as np
 import pandas as pd
 from scipy.special import logsumexp
@@ -72,6 +71,7 @@ from bayes_rbfn.infer.fitting import fit, rebuild
 from bayes_rbfn.infer.predictive import mixture_moments, noise_draws
 from bayes_rbfn.infer.predictive import predict as posterior_predict
 from bayes_rbfn.infer.sampler import SamplerSettings
+from bayes_rbfn.io import arviz_compat
 from bayes_rbfn.io.netcdf import write_inference_data
 from bayes_rbfn.io.output import atomic_output_dir
 from bayes_rbfn.models import ModelSpec, get_model
@@ -139,9 +139,7 @@ def elpd_test(f_mean: Any, f_var: Any, noise: Any, y_test: Any) -> ElpdTest:
     # p_is / p̂_i, summed over test points: the delta-method influence of each draw on Σ_i log p̂_i.
     ratio = np.exp(logp - pointwise)
     g = ratio.sum(axis=-1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        mcse = float(np.asarray(az.mcse(g))) if g.shape[1] >= 4 else float("nan")
+    mcse = arviz_compat.mcse_mean(g) if g.shape[1] >= 4 else float("nan")
     return ElpdTest(elpd=float(pointwise.sum()), se=se, mcse=mcse, pointwise=pointwise)
 
 
@@ -241,7 +239,8 @@ class Comparison:
 
     Attributes:
         idatas: model name → InferenceData of its fit (in the order the models were given).
-        table: :func:`arviz.compare` output (index: model name, ranked by ``elpd_<ic>``) plus the columns
+        table: :func:`bayes_rbfn.io.arviz_compat.compare`'s table (index: model name, ranked by ``elpd_<ic>``;
+            the same columns on both ArviZ lines) plus the columns
             ``elpd_test``, ``elpd_test_se``, ``elpd_test_mcse`` (NaN without a test split), ``r_hat``
             (worst over the hyperparameters; NaN for a one-chain fit, which has none), ``divergences``
             and ``collapsed_points`` (share of the prediction inputs where the model's predictive
@@ -253,7 +252,7 @@ class Comparison:
             predictions (the bands). ic: the information criterion of ``table``.
     """
 
-    idatas: dict[str, az.InferenceData]
+    idatas: dict[str, Any]
     table: pd.DataFrame
     elpd_test: dict[str, ElpdTest]
     variance_lost: dict[str, np.ndarray]
@@ -271,6 +270,29 @@ class Comparison:
             self._bands.update({name: predictive_bands(idata) for name, idata in self.idatas.items()})
         return dict(self._bands)
 
+    def _plot_compare(self, ax: Any) -> None:
+        """The comparison plot on ``ax``, drawn with matplotlib from ``table`` (its models top down).
+
+        Per model its elpd as an open circle with ± se; for every model after the first (the best), just
+        above its circle, its elpd ± ``dse`` (the standard error of its elpd difference to the best) as a
+        grey bar; a dashed vertical line at the best elpd.
+        """
+        elpd = self.table[f"elpd_{self.ic}"].to_numpy(dtype=float)
+        se = self.table["se"].to_numpy(dtype=float)
+        dse = self.table["dse"].to_numpy(dtype=float)
+        rows = np.arange(len(elpd), dtype=float)
+        ax.axvline(np.nanmax(elpd), color="0.5", lw=0.8, ls="--")
+        ax.errorbar(elpd, rows, xerr=se, fmt="o", color="k", mfc="none", ms=5, capsize=0)
+        if len(elpd) > 1:
+            ax.errorbar(
+                elpd[1:], rows[1:] - 0.3, xerr=dse[1:], fmt="^", color="0.55", ms=4, capsize=0, lw=2.5
+            )
+        ax.set_yticks(rows, [str(name) for name in self.table.index])
+        ax.set_ylim(len(elpd) - 0.5, -0.7)
+        ax.set_xlabel(f"elpd_{self.ic} (○ ± se; grey: ± se of the difference to the best)", fontsize=8)
+        ax.tick_params(labelsize=8)
+        ax.set_title(f"PSIS-{self.ic.upper()} (higher is better)", fontsize=9)
+
     def plot(
         self,
         path: str | os.PathLike[str] | None = None,
@@ -279,7 +301,7 @@ class Comparison:
         xlim: tuple[float, float] | None = None,
         dpi: int = 120,
     ) -> Any:
-        """One figure: ArviZ's comparison plot, the held-out elpd (with a test split) and each model's bands.
+        """One figure: the elpd comparison plot, the held-out elpd (with a test split) and each model's bands.
 
         The bands (1-D inputs only) are mean ± z sd of f* (dark) and y* (light) at ``X_pred``, with the
         training data, the held-out data and the inducing inputs; all panels share the axes, so a
@@ -299,10 +321,7 @@ class Comparison:
         grid = fig.add_gridspec(1 + nrows_bands, max(ncols, 2))
         top = fig.add_subfigure(grid[0, :])
         ax_loo, ax_test = top.subplots(1, 2)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            az.plot_compare(self.table, ax=ax_loo, legend=False, textsize=8)
-        ax_loo.set_title(f"PSIS-{self.ic.upper()} (higher is better)", fontsize=9)
+        self._plot_compare(ax_loo)
         if self.elpd_test:
             order = [n for n in self.table.index if n in self.elpd_test]
             values = [self.elpd_test[n].elpd for n in order]
@@ -427,7 +446,7 @@ def compare_models(
             per-draw moments at X_test are computed once more from the draws.
         Z: (M, D) inducing inputs shared by the sparse models.
         num_inducing: M when Z is not given.
-        ic: ``"loo"`` (PSIS-LOO, default) or ``"waic"`` for :func:`arviz.compare`.
+        ic: ``"loo"`` (PSIS-LOO, default) or ``"waic"`` (ArviZ 0.x only: 1.x has no WAIC).
         seed: PRNG seed of every fit.
         progress: show progress bars.
         sampler: the NUTS settings of every fit as one
@@ -449,6 +468,8 @@ def compare_models(
     specs = _model_names(models)
     if ic not in ("loo", "waic"):
         raise ValueError(f"ic: expected 'loo' or 'waic', got {ic!r}")
+    if ic == "waic" and not arviz_compat.WAIC_AVAILABLE:
+        raise ValueError("ic: WAIC is gone from ArviZ 1.x (this environment's ArviZ); use 'loo'")
     if "group" in fit_options or "group_pred" in fit_options:
         raise ValueError("group: compare_models does not handle grouped models")
     if not isinstance(fit_options.get("kernel", "se"), str):
@@ -467,7 +488,7 @@ def compare_models(
         X_pred = X if X_test is None else X_test
     X_pred = np.asarray(check_X(X_pred, "X_pred", dim=X.shape[1]))
 
-    idatas: dict[str, az.InferenceData] = {}
+    idatas: dict[str, Any] = {}
     for k, spec in enumerate(specs):
         if on_fit is not None:
             on_fit(spec.name, k, len(specs))
@@ -535,14 +556,14 @@ def _elpd_test_of_fit(idata: Any, X_test: np.ndarray, y_test: np.ndarray, X_pred
 
 
 def _table(
-    idatas: dict[str, az.InferenceData],
+    idatas: dict[str, Any],
     ic: str,
     seed: int,
     tests: dict[str, ElpdTest],
     lost: dict[str, np.ndarray],
     threshold: float,
 ) -> pd.DataFrame:
-    table = az.compare(idatas, ic=ic, seed=seed)
+    table = arviz_compat.compare(idatas, ic=ic, seed=seed)
     nan = float("nan")
     table["elpd_test"] = [tests[n].elpd if n in tests else nan for n in table.index]
     table["elpd_test_se"] = [tests[n].se if n in tests else nan for n in table.index]

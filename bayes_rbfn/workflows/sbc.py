@@ -6,7 +6,7 @@ L thinned posterior draws of that quantity. If the sampler and the density are r
 uniform on {0, …, L} (Talts et al. 2018, Theorem 1). Uniformity is checked by a Pearson χ² test on binned
 ranks (:func:`chi2_uniformity`), with a Bonferroni verdict over the quantities, and graphically by the
 ECDF-difference plot with simultaneous 95% bands of Säilynoja, Bürkner & Vehtari (2022)
-(:func:`plot_ecdf`).
+(:func:`plot_ecdf`, bands by :func:`ecdf_band`).
 
 **One implementation of each model.** The simulator and the fitted density are the very model function
 that :func:`bayes_rbfn.fit` samples (:func:`bayes_rbfn.models.get_model`): its priors, its observed site
@@ -87,6 +87,7 @@ __all__ = [
     "PRIORS",
     "SBCResult",
     "chi2_uniformity",
+    "ecdf_band",
     "plot_ecdf",
     "quantity_names",
     "run_sbc",
@@ -595,15 +596,74 @@ def _add_noise(key, y_sim, prior, k: float, model, likelihood: str) -> jax.Array
 # ECDF plot and output folder
 
 
+def ecdf_band(
+    num_ranks: int, num_reps: int, prob: float = 0.95, seed: int = 0, num_sims: int = 10_000
+) -> tuple[np.ndarray, np.ndarray]:
+    """Simultaneous ``prob`` band of ECDF − uniform CDF for ``num_reps`` ranks uniform on {0, …, L}.
+
+    With L = ``num_ranks`` − 1, the ranks r are mapped to u = (r + 1)/(L + 1) and the ECDF is evaluated at
+    z_i = i/(L + 1), i = 1..L, where its count K_i = #{u ≤ z_i} is Binomial(R, z_i) for uniform ranks
+    (R = ``num_reps``). The simulation method of Säilynoja et al. (2022, §3): draw ``num_sims`` sets of R
+    discrete-uniform ranks (their histograms, Multinomial(R, 1/(L + 1), …), from a NumPy Generator seeded
+    with ``seed``); for each, the smallest over the z_i of the two-sided pointwise tail probability
+    p_i(K_i) = min(1, 2 min(P(K ≤ K_i), P(K ≥ K_i))), K ~ Binomial(R, z_i); γ = the (1 − ``prob``)
+    quantile of these minima (an observed minimum: ``method="inverted_cdf"``). The band at z_i is the
+    central Binomial(R, z_i) interval of probability 1 − γ, {k : p_i(k) ≥ γ} (each excluded tail has
+    probability < γ/2), divided by R, minus z_i. Its ends come from the very tail probabilities the minima
+    were computed with, so a set of ranks lies inside the band at every z_i exactly when its minimum is
+    ≥ γ, and the joint probability of that is ``prob`` up to the simulation error, or more where the
+    minima are coarsely discrete (small L and R; for L = 1 the band is the pointwise binomial interval).
+
+    Args:
+        num_ranks: L + 1, the number of possible rank values (``SBCResult.num_ranks``); at least 2.
+        num_reps: R, the number of ranks (replications); at least 1.
+        prob: joint probability of the band, in (0, 1).
+        seed: seed of the simulation.
+        num_sims: number of simulated sets of ranks.
+
+    Returns:
+        (lower, upper): the band's (L,) limits of ECDF − CDF at the z_i.
+
+    Raises:
+        ValueError: an argument out of range.
+
+    References:
+        Säilynoja, T., Bürkner, P.-C. & Vehtari, A. (2022). Graphical test for discrete uniformity and its
+        applications in goodness-of-fit evaluation and multiple sample comparison. Statistics and
+        Computing 32, 32, §3.
+    """
+    L = check_positive_int(num_ranks, "num_ranks") - 1
+    R = check_positive_int(num_reps, "num_reps")
+    num_sims = check_positive_int(num_sims, "num_sims")
+    if L < 1:
+        raise ValueError(f"num_ranks must be at least 2, got {num_ranks}")
+    if not 0.0 < prob < 1.0:
+        raise ValueError(f"prob must be in (0, 1), got {prob}")
+    z = np.arange(1, L + 1) / (L + 1)
+    rng = np.random.default_rng(seed)
+    counts = rng.multinomial(R, np.full(L + 1, 1.0 / (L + 1)), size=num_sims)
+    K = np.cumsum(counts, axis=1)[:, :L]  # (num_sims, L): #{r ≤ i − 1} = #{u ≤ z_i}
+    gamma = np.quantile(_two_sided_tail(K, R, z).min(axis=1), 1.0 - prob, method="inverted_cdf")
+    inside = _two_sided_tail(np.arange(R + 1)[:, None], R, z) >= gamma  # (R + 1, L), an interval per column
+    lower = np.argmax(inside, axis=0)
+    upper = R - np.argmax(inside[::-1], axis=0)
+    return lower / R - z, upper / R - z
+
+
+def _two_sided_tail(K: np.ndarray, R: int, z: np.ndarray) -> np.ndarray:
+    """min(1, 2 min(P(X ≤ K), P(X ≥ K))), X ~ Binomial(R, z), elementwise (z along K's last axis)."""
+    tail = np.minimum(scipy.stats.binom.cdf(K, R, z), scipy.stats.binom.sf(K - 1, R, z))
+    return np.minimum(2.0 * tail, 1.0)
+
+
 def plot_ecdf(result: SBCResult, path: str | os.PathLike[str] | None = None, ci_prob: float = 0.95):
     """ECDF-difference plot of the ranks of every quantity, with simultaneous ``ci_prob`` bands.
 
     The ranks r ∈ {0, …, L} are mapped to u = (r + 1)/(L + 1) and their ECDF is evaluated at the L fixed
     points z_i = i/(L + 1), i = 1..L, where a discrete-uniform rank has exactly the Uniform(0, 1) CDF
-    (no jittering). ``arviz.plot_ecdf(..., cdf=uniform.cdf, difference=True,
-    confidence_bands="optimized", eval_points=z)`` then draws ECDF − CDF with the simultaneous band of
-    Säilynoja et al. (2022) (their optimisation method), calibrated because the evaluation points do not
-    depend on the ranks.
+    (no jittering). Each panel draws ECDF − CDF at the z_i (a step line, 0 at z = 0 and z = 1) inside the
+    simultaneous band of :func:`ecdf_band` (Säilynoja et al. 2022, simulation method), which is
+    calibrated because the evaluation points do not depend on the ranks. Plain matplotlib.
 
     Args:
         result: from :func:`run_sbc`.
@@ -616,7 +676,6 @@ def plot_ecdf(result: SBCResult, path: str | os.PathLike[str] | None = None, ci_
     References:
         Säilynoja, Bürkner & Vehtari (2022), §2–3 (see the module docstring).
     """
-    import arviz as az
     from matplotlib.figure import Figure
 
     Q = len(result.params)
@@ -624,28 +683,30 @@ def plot_ecdf(result: SBCResult, path: str | os.PathLike[str] | None = None, ci_
     nrows = math.ceil(Q / ncols)
     fig = Figure(figsize=(3.2 * ncols, 2.6 * nrows))
     axes = fig.subplots(nrows, ncols, squeeze=False)
+    R = len(result.ranks)
     L = result.num_ranks - 1
-    eval_points = np.arange(1, L + 1) / (L + 1)
-    cdf = scipy.stats.uniform(0, 1).cdf
+    z = np.arange(1, L + 1) / (L + 1)
+    lower, upper = ecdf_band(result.num_ranks, R, ci_prob)
+    # The curves run from z = 0 to z = 1, where ECDF and CDF are both exactly 0 and 1.
+    x = np.concatenate([[0.0], z, [1.0]])
+    band_lo = np.concatenate([[0.0], lower, [0.0]])
+    band_hi = np.concatenate([[0.0], upper, [0.0]])
     for j, name in enumerate(result.params):
         ax = axes.flat[j]
-        az.plot_ecdf(
-            (result.ranks[:, j] + 1) / (L + 1),
-            eval_points=eval_points,
-            cdf=cdf,
-            difference=True,
-            confidence_bands="optimized",
-            ci_prob=ci_prob,
-            ax=ax,
-        )
+        ranks = np.asarray(result.ranks[:, j])
+        diff = np.searchsorted(np.sort(ranks), np.arange(L), side="right") / R - z  # #{r ≤ i − 1}/R − z_i
+        ax.fill_between(x, band_lo, band_hi, step="post", color="C0", alpha=0.2, lw=0)
+        ax.step(x, np.concatenate([[0.0], diff, [0.0]]), where="post", color="C0", lw=1.2)
         ax.axhline(0.0, color="0.6", lw=0.8)
+        ax.set_xlim(0.0, 1.0)
         ax.set_title(f"{name}  p={result.pvalues[name]:.2g}", fontsize=9)
         ax.set_xlabel("fractional rank", fontsize=8)
+        ax.tick_params(labelsize=8)
     for ax in axes.flat[Q:]:
         ax.set_visible(False)
     fig.suptitle(
         f"SBC {result.model}: ECDF − uniform CDF, {ci_prob:.0%} simultaneous bands "
-        f"(R={len(result.ranks)}, L={L}, noise_scale={result.noise_scale:g})",
+        f"(R={R}, L={L}, noise_scale={result.noise_scale:g})",
         fontsize=10,
     )
     fig.tight_layout()

@@ -8,7 +8,6 @@ stored noise draws and evaluates log (1/S) Σ_s N(y_i | m_s, v_s + σ_s²) with 
 
 from __future__ import annotations
 
-import arviz as az
 import numpy as np
 import pandas as pd
 import pytest
@@ -18,6 +17,7 @@ from scipy.stats import norm
 
 from bayes_rbfn import cli
 from bayes_rbfn.cli.compare import convergence_lines
+from bayes_rbfn.io import arviz_compat
 from bayes_rbfn.io.datasets import load_dataset
 from bayes_rbfn.io.output import MARKER
 
@@ -72,7 +72,7 @@ def test_compare_elpd_test_matches_an_independent_recomputation(comparison_run):
     data = load_dataset("snelson")
     table = pd.read_csv(out / "comparison.csv", index_col="model")
     for model in MODELS:
-        idata = az.from_netcdf(out / f"inference_{model}.nc")
+        idata = arviz_compat.read_netcdf(out / f"inference_{model}.nc")
         X_train = idata.constant_data["X"].values
         X_pred = idata.predictions_constant_data["X_pred"].values[:, 0]
         train = {float(x) for x in X_train[:, 0]}
@@ -86,7 +86,61 @@ def test_compare_elpd_test_matches_an_independent_recomputation(comparison_run):
         elpd = float(np.sum(logsumexp(logpdf, axis=0) - np.log(logpdf.shape[0])))
         assert_close(table.loc[model, "elpd_test"], elpd, rtol=1e-9, atol=1e-9)
         # the LOO column is ArviZ's PSIS-LOO over the stored conditionals
-        assert_close(table.loc[model, "elpd_loo"], float(az.loo(idata).elpd_loo), rtol=1e-9, atol=1e-9)
+        assert_close(table.loc[model, "elpd_loo"], arviz_compat.loo(idata).elpd, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.skipif(not arviz_compat.ARVIZ_1, reason="ArviZ 0.x has WAIC")
+def test_compare_ic_waic_is_refused_on_arviz_1(tmp_path, capsys, monkeypatch):
+    """ArviZ 1.x has no WAIC: ``--ic waic`` exits 2 with one line saying so, before any fit, no traceback,
+    nothing written (neither --out nor the default folder in the working directory)."""
+    import bayes_rbfn.workflows.compare
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("a model was fitted")
+
+    monkeypatch.setattr(bayes_rbfn.workflows.compare, "fit", no_fit)
+    monkeypatch.chdir(tmp_path)
+    for out in (["--out", tmp_path / "res"], []):
+        status, stdout, stderr = run_cli(["compare", "--ic", "waic", *SMALL, *out], capsys)
+        assert status == 2, stderr
+        assert stderr.count("\n") == 1 and "Traceback" not in stderr, stderr
+        assert stderr.startswith("bayes-rbfn: error: --ic: WAIC is gone from ArviZ 1.x"), stderr
+        assert "--ic loo" in stderr and stdout == ""
+        assert list(tmp_path.iterdir()) == []
+
+
+def waic_reference(log_lik: np.ndarray) -> tuple[float, float]:
+    """(elpd_waic, p_waic) of (chain, draw, N) pointwise log-likelihoods by NumPy (Watanabe 2010; Vehtari
+    et al. 2017, eq. 11–12): Σ_i log mean_s p(y_i | θ_s) − Σ_i var_s log p(y_i | θ_s), the variance with
+    ArviZ's divisor S."""
+    draws = log_lik.reshape(-1, log_lik.shape[-1])
+    lppd = logsumexp(draws, axis=0) - np.log(draws.shape[0])
+    p_i = np.var(draws, axis=0)
+    return float(np.sum(lppd - p_i)), float(np.sum(p_i))
+
+
+@pytest.mark.skipif(arviz_compat.ARVIZ_1, reason="ArviZ 1.x has no WAIC")
+def test_compare_ic_waic_on_arviz_0(comparison_run, tmp_path, capsys, monkeypatch):
+    """On ArviZ 0.x ``--ic waic`` still ranks the models by WAIC. The same run as the module's, each fit
+    replaced by its stored result (no sampling): the table's elpd_waic and p_waic equal a NumPy WAIC of the
+    stored pointwise log-likelihoods, and its held-out column the LOO run's."""
+    import bayes_rbfn.workflows.compare
+
+    stored = {m: arviz_compat.read_netcdf(comparison_run / f"inference_{m}.nc") for m in MODELS}
+    monkeypatch.setattr(bayes_rbfn.workflows.compare, "fit", lambda spec, *a, **k: stored[spec.name])
+    out = tmp_path / "waic"
+    argv = ["compare", "--models", *MODELS, *SMALL, "--ic", "waic", "--out", out]
+    status, _, stderr = run_cli(argv, capsys)
+    assert status == 0, stderr
+    table = pd.read_csv(out / "comparison.csv", index_col="model")
+    assert "elpd_waic" in table.columns and "elpd_loo" not in table.columns
+    assert np.all(np.diff(table.sort_values("rank")["elpd_waic"].to_numpy()) <= 0)
+    for model in MODELS:
+        elpd, p = waic_reference(stored[model].log_likelihood["y"].values)
+        assert_close(table.loc[model, "elpd_waic"], elpd, rtol=1e-9, atol=1e-9)
+        assert_close(table.loc[model, "p_waic"], p, rtol=1e-9, atol=1e-9)
+    loo_table = pd.read_csv(comparison_run / "comparison.csv", index_col="model")
+    assert_close(table.loc[MODELS, "elpd_test"], loo_table.loc[MODELS, "elpd_test"])
 
 
 def test_compare_refuses_an_existing_folder(comparison_run, tmp_path, capsys):

@@ -10,11 +10,12 @@ import socket
 import subprocess
 import sys
 
-import arviz as az
 import numpy as np
 import pandas as pd
 import pytest
 from refusal import refuse
+
+from bayes_rbfn.io import arviz_compat
 
 TIMEOUT = 240
 
@@ -67,7 +68,7 @@ def test_both_processes_finish_and_process_0_writes_the_folder(run):
         "test_scores.csv",
     ]
     assert not (folder / "run.checkpoint").exists()
-    idata = az.from_netcdf(folder / "run" / "inference.nc")
+    idata = arviz_compat.read_netcdf(folder / "run" / "inference.nc")
     # every process's rows, in process order
     np.testing.assert_array_equal(
         idata.observed_data["y"].values, np.concatenate([p["y"].to_numpy() for p in parts])

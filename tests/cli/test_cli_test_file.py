@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import arviz as az
 import numpy as np
 import pandas as pd
 import pytest
@@ -22,7 +21,7 @@ from refusal import refuse
 import bayes_rbfn.infer.fitting
 from bayes_rbfn import cli, plots
 from bayes_rbfn.infer.predictive import Band
-from bayes_rbfn.io import output
+from bayes_rbfn.io import arviz_compat, output
 
 pytestmark = pytest.mark.filterwarnings("ignore:Estimated shape parameter of Pareto")
 
@@ -63,7 +62,7 @@ def run(tmp_path_factory):
 
 def test_scores_equal_a_direct_computation_from_the_stored_draws(run):
     out, scored = run
-    idata = az.from_netcdf(out / "inference.nc")
+    idata = arviz_compat.read_netcdf(out / "inference.nc")
     f_mean = idata.predictions["f_mean"].values.reshape(-1, len(scored))
     f_var = idata.predictions["f_var"].values.reshape(-1, len(scored))
     noise = idata.posterior["noise"].values.reshape(-1, 1)
@@ -77,7 +76,7 @@ def test_scores_equal_a_direct_computation_from_the_stored_draws(run):
 
 def test_predictions_are_at_the_test_rows_in_file_order(run):
     out, scored = run
-    idata = az.from_netcdf(out / "inference.nc")
+    idata = arviz_compat.read_netcdf(out / "inference.nc")
     X_test = scored[["c1", "c2"]].to_numpy()
     np.testing.assert_array_equal(idata.predictions_constant_data["X_pred"].values, X_test)
     np.testing.assert_array_equal(idata.predictions_constant_data["y_test"].values, scored["y"])

@@ -129,6 +129,30 @@ def test_psis_weights_are_normalised_and_light_tails_keep_plain_importance_weigh
     np.testing.assert_allclose(log_weights, plain, atol=0.02)
 
 
+def test_too_few_draws_for_a_tail_leave_the_ratios_unsmoothed():
+    """Fewer draws than a Pareto tail of 5 needs: both lines return the plain normalised ratios."""
+    log_ratios = _gen.standard_normal((12, 2))
+    expected = log_ratios - logsumexp(log_ratios, axis=0)
+    assert_close(azc.psis_log_weights(log_ratios, reff=1.0), expected)
+
+
+def test_loo_with_too_few_draws_is_unsmoothed_importance_sampling():
+    """Twelve draws: no Pareto tail on either line; elpd_i is plain IS-LOO and the estimate is flagged."""
+    log_lik = -1.0 - 0.3 * _gen.standard_normal((2, 6, 4))
+    idata = azc.from_groups(
+        {
+            "posterior": {"a": np.zeros((2, 6))},
+            "log_likelihood": {"y": log_lik},
+            "observed_data": {"y": np.zeros(4)},
+        },
+        dims={"y": ["obs"]},
+    )
+    result = azc.loo(idata)
+    flat = log_lik.reshape(12, 4)
+    assert_close(result.elpd_i, -(logsumexp(-flat, axis=0) - np.log(12)))
+    assert result.warning
+
+
 def test_loo_is_the_sum_of_its_pointwise_values_and_importance_sampling_loo():
     idata = _fit_like()
     result = azc.loo(idata)

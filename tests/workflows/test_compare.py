@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import warnings
 
-import arviz as az
 import numpy as np
 import pandas as pd
 import pytest
@@ -44,6 +43,7 @@ from bayes_rbfn.gp.sparse import VarianceCollapseWarning
 from bayes_rbfn.infer.collapse import variance_collapse
 from bayes_rbfn.infer.fitting import rebuild
 from bayes_rbfn.infer.predictive import mixture_moments
+from bayes_rbfn.io import arviz_compat
 from bayes_rbfn.io.output import MARKER
 from bayes_rbfn.io.reader import InputError
 from bayes_rbfn.workflows import compare
@@ -301,7 +301,7 @@ def test_table_plot_and_write(comparison, tmp_path):
     table = pd.read_csv(out / "comparison.csv", index_col="model")
     assert list(table.index) == list(cmp.table.index)
     assert_close(table["elpd_test"].values, cmp.table["elpd_test"].values)
-    loaded = az.from_netcdf(out / "inference_fitc.nc")
+    loaded = arviz_compat.read_netcdf(out / "inference_fitc.nc")
     assert_close(loaded.posterior["lengthscale"].values, cmp.idatas["fitc"].posterior["lengthscale"].values)
     assert loaded.posterior.attrs["bayes_rbfn_model"] == "fitc"
     with pytest.raises(InputError, match="overwrite"):
@@ -384,6 +384,19 @@ def test_bad_input_is_refused_before_fitting(models, kwargs, match):
     X = np.linspace(0.0, 1.0, 10)
     with pytest.raises(ValueError, match=match):
         compare_models(models, X, np.sin(X), **kwargs)
+
+
+@pytest.mark.skipif(not arviz_compat.ARVIZ_1, reason="ArviZ 0.x has WAIC")
+def test_waic_is_refused_before_fitting_on_arviz_1(monkeypatch):
+    """ArviZ 1.x has no WAIC: ic="waic" is a ValueError saying so, raised before any model is fitted."""
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("a model was fitted")
+
+    monkeypatch.setattr(compare, "fit", no_fit)
+    X = np.linspace(0.0, 1.0, 10)
+    with pytest.raises(ValueError, match=r"^ic: WAIC is gone from ArviZ 1\.x"):
+        compare_models(["sor", "dtc"], X, np.sin(X), ic="waic")
 
 
 def test_public_names():

@@ -24,7 +24,8 @@ import warnings
 
 import numpy as np
 import pytest
-from stochastic import record, seed
+import scipy.stats
+from stochastic import record, rng, seed
 
 from bayes_rbfn.io.output import MARKER
 from bayes_rbfn.io.reader import InputError
@@ -32,6 +33,7 @@ from bayes_rbfn.workflows.sbc import (
     LOGLIK,
     MODELS,
     chi2_uniformity,
+    ecdf_band,
     plot_ecdf,
     quantity_names,
     run_sbc,
@@ -80,10 +82,9 @@ def test_sbc_detects_doubled_noise(model):
     assert np.mean(noise) < 0.25 * (r.num_ranks - 1)
 
 
-def test_plot_ecdf_uses_arviz_bands_without_warnings(tmp_path):
-    """The ECDF-difference plot passes fixed evaluation points to ``arviz.plot_ecdf`` (so the simultaneous
-    bands are calibrated and ArviZ 0.23 raises no behaviour-change or calibration warning); one panel per
-    quantity; the PNG is written."""
+def test_plot_ecdf_draws_bands_without_warnings(tmp_path):
+    """The ECDF-difference plot (plain matplotlib, bands of :func:`ecdf_band`) raises no warning; one panel
+    per quantity, each with its band as a filled region; the PNG is written."""
     r = sbc("sor")
     path = tmp_path / "ecdf.png"
     with warnings.catch_warnings():
@@ -94,6 +95,82 @@ def test_plot_ecdf_uses_arviz_bands_without_warnings(tmp_path):
     assert len(visible) == len(r.params)
     # the band is a filled region (PolyCollection) in every panel
     assert all(ax.collections for ax in visible)
+
+
+# The simultaneous band of ECDF − uniform CDF (Säilynoja, Bürkner & Vehtari 2022). References below are
+# SciPy's binomial distribution and NumPy's generator only.
+
+#: Fresh ranks to measure the band's coverage with; their seed is not the band's own (0).
+COVERAGE_SETS = 2000
+#: Allowed distance of the measured coverage from ``ci_prob``, in binomial standard errors
+#: sqrt(p (1 − p) / COVERAGE_SETS): an exact band fails with probability ≈ 6e-5 (normal approximation).
+#: The band is slightly conservative where the simulated minima are coarsely discrete (≈ +0.5 to +1 se
+#: over 40 seeds for these L, R), which raises that to ≈ 1e-3 per case.
+COVERAGE_SE = 4.0
+
+
+def _ecdf_difference(ranks: np.ndarray, L: int) -> np.ndarray:
+    """(S, L) ECDF − z of the fractional ranks (r + 1)/(L + 1) at z_i = i/(L + 1), from (S, R) ranks."""
+    z = np.arange(1, L + 1) / (L + 1)
+    u = (ranks + 1) / (L + 1)
+    return np.mean(u[:, :, None] <= z + 1e-12, axis=1) - z
+
+
+@pytest.mark.stochastic
+@pytest.mark.parametrize(("num_ranks", "num_reps"), [(21, 100), (51, 200)])
+@pytest.mark.parametrize("ci_prob", [0.95, 0.9])
+def test_ecdf_band_simultaneous_coverage(num_ranks, num_reps, ci_prob):
+    """Fresh sets of R discrete-uniform ranks on {0, …, L} (another seed than the band's) stay inside the
+    band at every evaluation point with probability ci_prob: the measured share is within COVERAGE_SE = 4
+    binomial standard errors of ci_prob."""
+    L = num_ranks - 1
+    lower, upper = ecdf_band(num_ranks, num_reps, ci_prob, seed=0)
+    ranks = rng(101).integers(0, L + 1, size=(COVERAGE_SETS, num_reps))
+    diff = _ecdf_difference(ranks, L)
+    tol = 1e-9  # the difference and the band are multiples of 1/R minus the same z_i
+    covered = float(np.mean(np.all((diff >= lower - tol) & (diff <= upper + tol), axis=1)))
+    se = np.sqrt(ci_prob * (1 - ci_prob) / COVERAGE_SETS)
+    record("ecdf_band_coverage", L=L, R=num_reps, ci_prob=ci_prob, covered=covered, se=se)
+    assert abs(covered - ci_prob) < COVERAGE_SE * se, (covered, ci_prob, se)
+
+
+def test_ecdf_band_contains_zero_and_is_inside_the_trivial_bound():
+    """The band contains 0 (ECDF = CDF) at every z_i; it lies within the trivial bound [−z_i, 1 − z_i]
+    (ECDF ∈ [0, 1]) and is narrower than it everywhere, strictly inside it in the middle; and it contains
+    the pointwise binomial interval of the same probability (a simultaneous band is wider)."""
+    L, R, prob = 20, 100, 0.95
+    lower, upper = ecdf_band(L + 1, R, prob)
+    z = np.arange(1, L + 1) / (L + 1)
+    assert lower.shape == upper.shape == (L,)
+    assert np.all(lower <= 0.0) and np.all(upper >= 0.0)
+    assert np.all(lower >= -z - 1e-12) and np.all(upper <= 1 - z + 1e-12)
+    assert np.all(upper - lower < 1.0)
+    middle = (z > 0.2) & (z < 0.8)
+    assert np.all(lower[middle] > -z[middle]) and np.all(upper[middle] < 1 - z[middle])
+    lo, hi = scipy.stats.binom.interval(prob, R, z)
+    assert np.all(lower <= lo / R - z + 1e-12) and np.all(upper >= hi / R - z - 1e-12)
+
+
+@pytest.mark.parametrize(("num_reps", "ci_prob"), [(100, 0.95), (100, 0.9), (250, 0.9)])
+def test_ecdf_band_one_point_is_the_binomial_interval(num_reps, ci_prob):
+    """With L = 1 (one evaluation point, z = 1/2) the simultaneous band is the pointwise one: the central
+    Binomial(R, 1/2) interval of probability ci_prob (``scipy.stats.binom.interval``), over R, minus 1/2.
+    (The simulated quantile lands on the right atom of the discrete p-values when 1 − ci_prob is several
+    simulation standard errors from its neighbouring atoms; these cases are ≥ 3 away.)"""
+    lower, upper = ecdf_band(2, num_reps, ci_prob)
+    lo, hi = scipy.stats.binom.interval(ci_prob, num_reps, 0.5)
+    np.testing.assert_allclose(lower, [lo / num_reps - 0.5], atol=1e-12)
+    np.testing.assert_allclose(upper, [hi / num_reps - 0.5], atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(num_ranks=1, num_reps=10), dict(num_ranks=5, num_reps=0), dict(num_ranks=5, num_reps=10, prob=1.0)],
+)
+def test_ecdf_band_rejects_bad_arguments(kwargs):
+    """Fewer than two rank values, no ranks, or a probability outside (0, 1) are refused."""
+    with pytest.raises(ValueError):
+        ecdf_band(**kwargs)
 
 
 def test_write_sbc_round_trip_and_refusal(tmp_path):
