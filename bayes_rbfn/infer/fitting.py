@@ -531,8 +531,9 @@ def prior_predictive(
         **options: the other model-defining arguments of :func:`fit`, as :func:`build_model`.
 
     Returns:
-        InferenceData with groups ``prior`` (the parameters), ``prior_predictive`` (y, dims obs) and
-        ``observed_data``, so ``az.plot_ppc(idata, group="prior")`` works.
+        The line's ArviZ object (InferenceData on ArviZ 0.x, DataTree on 1.x) with groups ``prior`` (the
+        parameters), ``prior_predictive`` (y, dims obs) and ``observed_data``, for ArviZ's prior
+        predictive plots.
     """
     num_samples = check_positive_int(num_samples, "num_samples")
     problem = build_model(model, X, y, seed=seed, **options)
@@ -629,9 +630,11 @@ def fit(
             ``group``, ``group_pred``, ``inducing_method``, ``jitter``, ``precision``) and the sampler's.
 
     Returns:
-        InferenceData with posterior, sample_stats, observed_data, constant_data, log_likelihood,
-        posterior_predictive, predictions (f_mean, f_var at X_pred) and predictions_constant_data; with
-        ``prior_draws``, prior and prior_predictive too. In the units of the data.
+        The line's ArviZ object (InferenceData on ArviZ 0.x, DataTree on 1.x:
+        :mod:`bayes_rbfn.io.arviz_compat`) with posterior, sample_stats, observed_data, constant_data,
+        log_likelihood, posterior_predictive, predictions (f_mean, f_var at X_pred) and
+        predictions_constant_data; with ``prior_draws``, prior and prior_predictive too. In the units of
+        the data.
 
     Warns:
         Float32Warning: once per process when JAX's x64 mode is off (call ``numpyro.enable_x64()`` first).
