@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 from stochastic import assert_converged, rhat_bound, rng
 
+from bayes_rbfn.io import arviz_compat
+
 REPLICATIONS = 400
 CHAINS, DRAWS, RHO = 2, 500, 0.8
 
@@ -62,7 +64,9 @@ def test_assert_converged_fails_when_chains_disagree():
     bad = good.copy()
     bad[1] += 2.0
     for x, ok in ((good, True), (bad, False)):
-        idata = az.from_dict(posterior={"theta": x}, sample_stats={"diverging": np.zeros(x.shape, bool)})
+        idata = arviz_compat.from_groups(
+            {"posterior": {"theta": x}, "sample_stats": {"diverging": np.zeros(x.shape, bool)}}
+        )
         if ok:
             assert_converged(idata, ["theta"], min_ess=30)
         else:

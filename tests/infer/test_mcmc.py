@@ -26,6 +26,8 @@ from stochastic import (
 
 import bayes_rbfn as br
 from bayes_rbfn.gp.kernels import SquaredExponential
+from bayes_rbfn.io import arviz_compat
+from bayes_rbfn.io.netcdf import write_inference_data
 
 pytestmark = pytest.mark.stochastic
 
@@ -330,9 +332,10 @@ def test_user_model_with_sparse_gp_samples_the_sor_posterior(full_fits, user_spa
 
 
 def test_inference_data_contract(full_fits):
-    """Exactly the groups and names of docs/output.md; az.loo works on the stored LOO conditionals."""
+    """Exactly the groups and names of docs/output.md; ArviZ's PSIS-LOO works on the stored LOO
+    conditionals."""
     _, y, sor, _ = full_fits
-    assert set(sor.groups()) == {
+    assert set(arviz_compat.groups(sor)) == {
         "posterior",
         "posterior_predictive",
         "sample_stats",
@@ -353,8 +356,8 @@ def test_inference_data_contract(full_fits):
     np.testing.assert_array_equal(sor.observed_data["y"].values, y)
     np.testing.assert_array_equal(sor.constant_data["Z"].values[:, 0], Z8)
     assert "diverging" in sor.sample_stats
-    loo = az.loo(sor)
-    assert np.isfinite(loo.elpd_loo)
+    loo = arviz_compat.loo(sor)
+    assert np.isfinite(loo.elpd) and loo.elpd_i.shape == (len(y),)
 
 
 def test_posterior_predictive_replicates_condition_on_y(full_fits):
@@ -390,6 +393,14 @@ def test_posterior_predictive_replicates_condition_on_y(full_fits):
     assert np.all((chi2 > lo) & (chi2 < hi)), f"Σz²/S per point: {np.round(chi2 / S, 3)}"
 
 
+def _plot_ppc(idata, num_samples):
+    """ArviZ's posterior predictive check plot of this line: ``plot_ppc`` (0.x) or ``plot_ppc_dist`` (1.x)."""
+    if arviz_compat.ARVIZ_1:
+        az.plot_ppc_dist(idata, num_samples=num_samples)
+    else:
+        az.plot_ppc(idata, num_pp_samples=num_samples)
+
+
 def test_plot_ppc_and_loo_pit_work_on_a_fit(full_fits):
     """ArviZ's posterior predictive check and the package's LOO-PIT run on fit()'s result without glue (the
     values themselves are checked against brute-force refits in test_loo_pit.py)."""
@@ -399,7 +410,7 @@ def test_plot_ppc_and_loo_pit_work_on_a_fit(full_fits):
     _, y, sor, _ = full_fits
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        az.plot_ppc(sor, num_pp_samples=50)
+        _plot_ppc(sor, num_samples=50)
         pit = br.loo_pit(sor)
     matplotlib.pyplot.close("all")
     assert pit.shape == (len(y),) and np.all((pit >= 0) & (pit <= 1))
@@ -410,8 +421,8 @@ def test_predict_from_file_equals_stored_predictions(full_fits, tmp_path):
     its mixture moments follow the law of total variance."""
     _, _, sor, _ = full_fits
     path = tmp_path / "inference.nc"
-    sor.to_netcdf(str(path))
-    loaded = az.from_netcdf(str(path))
+    write_inference_data(sor, path)
+    loaded = arviz_compat.read_netcdf(path)
     pred = br.predict(loaded, X_TEST, batch_size=4)
     np.testing.assert_allclose(pred.f_mean, sor.predictions["f_mean"].values, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(pred.f_var, sor.predictions["f_var"].values, rtol=1e-10, atol=1e-12)
@@ -428,8 +439,8 @@ def test_predict_again_compiles_nothing(full_fits, tmp_path):
     reuses the compiled predictive: JAX reports no backend compilation and no trace (issue 20)."""
     _, _, sor, _ = full_fits
     path = tmp_path / "inference.nc"
-    sor.to_netcdf(str(path))
-    loaded = az.from_netcdf(str(path))
+    write_inference_data(sor, path)
+    loaded = arviz_compat.read_netcdf(path)
     X_new = X_TEST[::-1] + 0.01
     first = br.predict(sor, X_new)
     with compile_events() as events:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import warnings
 
-import arviz as az
 import jax.numpy as jnp
 import numpy as np
 import numpyro
@@ -26,6 +25,8 @@ from scipy import optimize, stats
 import bayes_rbfn as br
 from bayes_rbfn.gp import kernels as K
 from bayes_rbfn.infer.predictive import mixture_quantiles
+from bayes_rbfn.io import arviz_compat
+from bayes_rbfn.io.netcdf import write_inference_data
 from bayes_rbfn.models.families import kernel_family
 
 JITTER = 1e-8  # the float64 jitter policy (bayes_rbfn.gp.linalg.JITTER)
@@ -134,8 +135,8 @@ def test_quantiles_invert_the_mixture_cdf():
 
 
 def test_inference_data_keeps_its_chain_and_draw_axes():
-    """Samples as an InferenceData (chain 1, draw 5, as az.from_numpyro gives): (chains, draws, S)."""
-    idata = az.from_dict(posterior={name: value[None] for name, value in SAMPLES.items()})
+    """Samples as ArviZ's fit object (chain 1, draw 5, as az.from_numpyro gives): (chains, draws, S)."""
+    idata = arviz_compat.from_groups({"posterior": {name: value[None] for name, value in SAMPLES.items()}})
     pred = br.predict_model(_marginal_model("dtc"), idata, X_NEW, X, Z, Y)
     flat = br.predict_model(_marginal_model("dtc"), SAMPLES, X_NEW, X, Z, Y)
     assert pred.f_mean.shape == (1, DRAWS, X_NEW.size) and pred.noise.shape == (1, DRAWS)
@@ -258,10 +259,11 @@ REFUSALS = {
 
 @pytest.mark.parametrize(("which", "refused_with", "match"), REFUSALS.values(), ids=REFUSALS)
 def test_predict_from_a_file_needs_what_it_cannot_hold(fits, tmp_path, which, refused_with, match):
-    """After to_netcdf / from_netcdf: refused with the keyword to pass; with it, the stored predictions."""
+    """After writing and reading the netCDF file: refused with the keyword to pass; with it, the stored
+    predictions."""
     path = tmp_path / "inference.nc"
-    fits[which].to_netcdf(str(path))
-    loaded = az.from_netcdf(str(path))
+    write_inference_data(fits[which], path)
+    loaded = arviz_compat.read_netcdf(path)
     keyword = "mean" if refused_with else "kernel"
     with pytest.raises(ValueError, match=rf"{match}.* bayes_rbfn.predict\(idata, X_test, {keyword}=\.\.\.\)"):
         br.predict(loaded, X_PRED, **refused_with)
@@ -271,10 +273,10 @@ def test_predict_from_a_file_needs_what_it_cannot_hold(fits, tmp_path, which, re
 
 def test_predict_refuses_a_kernel_other_than_the_fits(fits, tmp_path):
     path = tmp_path / "inference.nc"
-    fits["kernel"].to_netcdf(str(path))
+    write_inference_data(fits["kernel"], path)
     with pytest.raises(
         ValueError, match=r"kernel: the fit's kernel was 'SquaredExponential', got 'matern52'"
     ):
-        br.predict(az.from_netcdf(str(path)), X_PRED, kernel="matern52")
+        br.predict(arviz_compat.read_netcdf(path), X_PRED, kernel="matern52")
     with pytest.raises(ValueError, match=r"mean: only a fit with a callable prior mean takes one"):
         br.predict(fits["kernel"], X_PRED, mean=jnp.sin)

@@ -24,14 +24,13 @@ import sys
 import time
 from pathlib import Path
 
-import arviz as az
 import jax
 import numpy as np
 import pytest
 
 from bayes_rbfn import build_model, cli, fit
 from bayes_rbfn.infer import checkpoint
-from bayes_rbfn.io import netcdf
+from bayes_rbfn.io import arviz_compat, netcdf
 
 pytestmark = pytest.mark.filterwarnings("ignore:Estimated shape parameter of Pareto")
 
@@ -94,8 +93,8 @@ def listed_state(sampler: Path) -> str:
 
 
 def assert_same_posterior(a: Path, b: Path) -> None:
-    post_a = az.from_netcdf(a / "inference.nc").posterior
-    post_b = az.from_netcdf(b / "inference.nc").posterior
+    post_a = arviz_compat.read_netcdf(a / "inference.nc").posterior
+    post_b = arviz_compat.read_netcdf(b / "inference.nc").posterior
     assert set(post_a.data_vars) == set(post_b.data_vars)
     for name in post_a.data_vars:
         np.testing.assert_array_equal(post_a[name].values, post_b[name].values, err_msg=name)
@@ -476,7 +475,7 @@ def test_a_crash_before_the_first_checkpoint_does_not_block_a_rerun(
     assert "nothing to continue; run the same fit again without --resume" in capsys.readouterr().err
     # the rerun removes it (with a note) and runs; its sampling is stood in for by the reference's draws
     monkeypatch.setattr(
-        bayes_rbfn.infer.fitting, "fit", lambda *a, **k: az.from_netcdf(reference / "inference.nc")
+        bayes_rbfn.infer.fitting, "fit", lambda *a, **k: arviz_compat.read_netcdf(reference / "inference.nc")
     )
     assert cli.main([a for a in fit_argv(csv, out) if a != "--quiet"]) == 0
     assert (
@@ -523,7 +522,7 @@ def test_a_moved_project_resumes_and_a_filled_output_folder_gets_advice_that_wor
     project.rename(moved)
     monkeypatch.chdir(moved)
     assert cli.main(["fit", "--resume", "res"]) == 0, capsys.readouterr().err
-    assert az.from_netcdf(moved / "res" / "inference.nc").posterior.sizes["draw"] == 10
+    assert arviz_compat.read_netcdf(moved / "res" / "inference.nc").posterior.sizes["draw"] == 10
     assert sorted(p.name for p in moved.iterdir()) == ["data.csv", "res"]
 
 
@@ -605,19 +604,30 @@ def test_the_disk_space_check_counts_the_checkpoint(tmp_path, capsys, monkeypatc
 def test_inference_data_is_written_as_arviz_writes_it_and_a_full_disk_is_an_oserror(tmp_path):
     """write_inference_data builds the netCDF file in memory (HDF5 never meets a full disk: that crashed the
     process at exit) and writes it with plain I/O: the same groups and attributes as ArviZ's own file, and
-    on a full disk (/dev/full) an OSError naming the file, which the command line turns into status 74."""
+    on a full disk (/dev/full) an OSError naming the file, which the command line turns into status 74.
+    ArviZ's own file: InferenceData.to_netcdf on ArviZ 0.x, xarray's DataTree.to_netcdf on 1.x."""
     rng = np.random.default_rng(0)
-    idata = az.from_dict(
-        posterior={"noise": rng.normal(size=(2, 5))},
-        sample_stats={"diverging": rng.normal(size=(2, 5)) > 1},
-        observed_data={"y": rng.normal(size=7)},
-        attrs={"bayes_rbfn_data": "test"},
+    idata = arviz_compat.from_groups(
+        {
+            "posterior": {"noise": rng.normal(size=(2, 5))},
+            "sample_stats": {"diverging": rng.normal(size=(2, 5)) > 1},
+            "observed_data": {"y": rng.normal(size=7)},
+        }
     )
+    idata.attrs = {"bayes_rbfn_data": "test"}
+    posterior = arviz_compat.group_dataset(idata, "posterior")
+    arviz_compat.add_groups(idata, {"posterior": posterior.assign_attrs(bayes_rbfn_model="sor")})
     netcdf.write_inference_data(idata, tmp_path / "ours.nc")
     idata.to_netcdf(str(tmp_path / "arviz.nc"))
-    ours, theirs = az.from_netcdf(tmp_path / "ours.nc"), az.from_netcdf(tmp_path / "arviz.nc")
-    assert ours.groups() == theirs.groups() and ours.attrs == theirs.attrs
-    assert all(ours[group].identical(theirs[group]) for group in ours.groups())
+    ours = arviz_compat.read_netcdf(tmp_path / "ours.nc")
+    theirs = arviz_compat.read_netcdf(tmp_path / "arviz.nc")
+    names = arviz_compat.groups(ours)
+    assert names == arviz_compat.groups(theirs) == ("posterior", "sample_stats", "observed_data")
+    assert ours.attrs == theirs.attrs == {"bayes_rbfn_data": "test"}
+    assert ours.posterior.attrs["bayes_rbfn_model"] == "sor"
+    assert all(
+        arviz_compat.group_dataset(ours, g).identical(arviz_compat.group_dataset(theirs, g)) for g in names
+    )
     if not Path("/dev/full").exists():
         pytest.skip("no /dev/full")
     with pytest.raises(OSError) as raised:

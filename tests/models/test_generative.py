@@ -7,7 +7,8 @@ What is proved here:
 * the likelihoods — the prior predictive moments of y under the RBFN layer with pinned hyperparameters
   equal their closed forms (f ~ N(c, Q_ff) exactly, so E[exp f] is log-normal), within 4 Monte-Carlo
   standard errors of independent draws; Bernoulli's E[logistic f] by Gauss–Hermite quadrature in NumPy;
-* :func:`bayes_rbfn.prior_predictive` returns the groups ``az.plot_ppc(group="prior")`` needs;
+* :func:`bayes_rbfn.prior_predictive` returns the groups ArviZ's prior predictive check plot needs
+  (``az.plot_ppc(group="prior")`` on ArviZ 0.x, ``az.plot_ppc_dist(group="prior_predictive")`` on 1.x);
 * the pointwise log-likelihood of a factorised likelihood is the plain log density (SciPy) at each draw.
 """
 
@@ -27,6 +28,7 @@ from numpyro.infer import Predictive
 from stochastic import K_MCSE, record, seed
 
 import bayes_rbfn as br
+from bayes_rbfn.io import arviz_compat
 from bayes_rbfn.models.likelihoods import LIKELIHOODS
 
 matplotlib.use("Agg")
@@ -142,14 +144,22 @@ def test_prior_predictive_moments_match_closed_forms(likelihood):
         assert np.all(z_var <= K_MCSE), f"{likelihood}: prior predictive variances off by {z_var.max():.2f}"
 
 
+def _plot_prior_ppc(idata, num_samples):
+    """ArviZ's prior predictive check plot of this line: ``plot_ppc`` (0.x) or ``plot_ppc_dist`` (1.x)."""
+    if arviz_compat.ARVIZ_1:
+        az.plot_ppc_dist(idata, group="prior_predictive", num_samples=num_samples)
+    else:
+        az.plot_ppc(idata, group="prior", num_pp_samples=num_samples)
+
+
 def test_prior_predictive_returns_what_plot_ppc_needs():
     idata = br.prior_predictive("sor", X, Y, Z=Z, num_samples=50)
-    assert {"prior", "prior_predictive", "observed_data"} <= set(idata.groups())
+    assert {"prior", "prior_predictive", "observed_data"} <= set(arviz_compat.groups(idata))
     assert idata.prior_predictive["y"].shape == (1, 50, N)
     assert {"lengthscale", "variance", "noise"} <= set(idata.prior.data_vars)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        az.plot_ppc(idata, group="prior", num_pp_samples=20)
+        _plot_prior_ppc(idata, num_samples=20)
     matplotlib.pyplot.close("all")
 
 

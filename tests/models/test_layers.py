@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import arviz as az
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,6 +25,7 @@ from numpyro.infer.util import log_density
 
 import bayes_rbfn as br
 from bayes_rbfn.gp.kernels import SquaredExponential
+from bayes_rbfn.io import arviz_compat
 
 JITTER = 1e-8  # the float64 jitter policy (bayes_rbfn.gp.linalg.JITTER)
 X = np.linspace(0.0, 2.0, 7)[:, None]
@@ -204,9 +204,11 @@ def poisson_fits():
         )
         mcmc.run(jax.random.PRNGKey(stochastic.seed(13 if name == "layer" else 14)), k=counts)
         diverging = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["diverging"])
-        out[name] = az.from_dict(
-            posterior={"f": np.asarray(mcmc.get_samples(group_by_chain=True)["f"])},
-            sample_stats={"diverging": diverging},
+        out[name] = arviz_compat.from_groups(
+            {
+                "posterior": {"f": np.asarray(mcmc.get_samples(group_by_chain=True)["f"])},
+                "sample_stats": {"diverging": diverging},
+            }
         )
     return out
 
