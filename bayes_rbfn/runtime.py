@@ -85,6 +85,7 @@ def initialize_distributed(
     *,
     heartbeat_timeout_seconds: int = HEARTBEAT_TIMEOUT_SECONDS,
     initialization_timeout: int = 300,
+    shutdown_timeout_seconds: int = 300,
 ) -> None:
     """Join a multi-process run: :func:`jax.distributed.initialize`, with CPU collectives on CPU hosts.
 
@@ -101,6 +102,9 @@ def initialize_distributed(
         process_id: this process's rank, or None to detect it.
         heartbeat_timeout_seconds: how long a silent process may stay silent before the run stops.
         initialization_timeout: how long to wait for every process to join, in seconds.
+        shutdown_timeout_seconds: how long a process that ends waits at the shutdown barrier for the
+            others (JAX's default, 300 s); where a peer has died, the bound on the stop when the runtime
+            has not yet marked that peer dead.
     """
     import jax
 
@@ -111,6 +115,7 @@ def initialize_distributed(
         process_id=process_id,
         heartbeat_timeout_seconds=heartbeat_timeout_seconds,
         initialization_timeout=initialization_timeout,
+        shutdown_timeout_seconds=shutdown_timeout_seconds,
     )
 
 

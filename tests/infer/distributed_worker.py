@@ -34,7 +34,12 @@ runtime.enable_x64()
 runtime.enable_compilation_cache()  # the suite's cache (BAYES_RBFN_CACHE_DIR): later runs load, not compile
 if PROCESSES > 1:
     runtime.initialize_distributed(
-        f"localhost:{PORT}", PROCESSES, RANK, heartbeat_timeout_seconds=10, initialization_timeout=120
+        f"localhost:{PORT}",
+        PROCESSES,
+        RANK,
+        heartbeat_timeout_seconds=10,
+        initialization_timeout=120,
+        shutdown_timeout_seconds=60,
     )
 
 import jax  # noqa: E402
