@@ -121,6 +121,27 @@ def sor_function_space(Kfu, Kuu, Ksu, y, noise):
     return condition(Qff + noise**2 * np.eye(len(y)), Qfs, Qss, y)
 
 
+def stored_sor_predictive(idata, chain, draw, Xs, jitter):
+    """The SoR latent predictive (mean, variance) at Xs for one stored draw of a squared-exponential fit.
+
+    Condition (y − c, f* − c) ~ N(0, [[Q_ff + σ²I, Q_f*], [Q_*f, Q_**]]) on y, c the stored ``y_offset``,
+    from the stored inputs, inducing inputs and hyperparameters (read as plain arrays).
+    """
+    post, cd = idata.posterior, idata.constant_data
+    X, Z = cd["X"].values, cd["Z"].values
+    c = cd["y_offset"].values.item()  # stored as a length-1 array
+    spec = {
+        "kind": "se",
+        "lengthscale": post["lengthscale"].values[chain, draw],
+        "variance": float(post["variance"].values[chain, draw]),
+    }
+    noise = float(post["noise"].values[chain, draw])
+    Kuu = jittered(gram(spec, Z), jitter)
+    y = idata.observed_data["y"].values - c
+    mean, cov = sor_function_space(gram(spec, X, Z), Kuu, gram(spec, Xs, Z), y, noise)
+    return mean + c, np.diag(cov)
+
+
 def sor_covariance(Kfu, Kuu, noise):
     """The SoR marginal covariance of y, Q_ff + σ²I, dense."""
     return nystrom(Kfu, Kuu, Kfu) + noise**2 * np.eye(Kfu.shape[0])

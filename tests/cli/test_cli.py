@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import assert_close
-from reference import gram, jittered, sor_function_space
+from reference import gram, stored_sor_predictive
 
 from bayes_rbfn import cli
 from bayes_rbfn.cli import options
@@ -112,20 +112,8 @@ def dense_sor_predictive(idata: Any, chain: int, draw: int) -> tuple[np.ndarray,
     """The SoR latent predictive of docs/mathematics.md#function-space-and-weight-space-agree for one stored
     draw, by dense NumPy (tests/reference.py):
     condition (y − c, f* − c) ~ N(0, [[Q_ff + σ²I, Q_f*], [Q_*f, Q_**]]) on y, c the stored y_offset."""
-    post = idata.posterior
-    cd = idata.constant_data
-    X, Z, Xs = cd["X"].values, cd["Z"].values, idata.predictions_constant_data["X_pred"].values
-    y = idata.observed_data["y"].values
-    c = cd["y_offset"].values.item()  # stored as a length-1 array
-    spec = {
-        "kind": "se",
-        "lengthscale": post["lengthscale"].values[chain, draw],
-        "variance": float(post["variance"].values[chain, draw]),
-    }
-    noise = float(post["noise"].values[chain, draw])
-    Kuu = jittered(gram(spec, Z), JITTER)
-    mean, cov = sor_function_space(gram(spec, X, Z), Kuu, gram(spec, Xs, Z), y - c, noise)
-    return mean + c, np.diag(cov)
+    Xs = idata.predictions_constant_data["X_pred"].values
+    return stored_sor_predictive(idata, chain, draw, Xs, JITTER)
 
 
 def check_stored_predictive(idata: Any, draws=((0, 0), (0, -1), (-1, 3))) -> None:

@@ -200,25 +200,10 @@ def test_waic_works_on_arviz_0():
 
 def _dense_sor_moments(idata, X_new):
     """Per stored draw, the SoR predictive mean and variance of f* at X_new, densely (tests/reference.py)."""
-    post = idata.posterior
-    X = idata.constant_data["X"].values
-    y = idata.observed_data["y"].values - idata.constant_data["y_offset"].values.item()
-    Z = idata.constant_data["Z"].values
-    means, variances = [], []
-    for c in range(post.sizes["chain"]):
-        for d in range(post.sizes["draw"]):
-            spec = {
-                "kind": "se",
-                "lengthscale": post["lengthscale"].values[c, d],
-                "variance": post["variance"].values[c, d],
-            }
-            Kuu = ref.jittered(ref.gram(spec, Z), 1e-8)
-            m, cov = ref.sor_function_space(
-                ref.gram(spec, X, Z), Kuu, ref.gram(spec, X_new, Z), y, post["noise"].values[c, d]
-            )
-            means.append(m + idata.constant_data["y_offset"].values.item())
-            variances.append(np.diag(cov))
-    return np.array(means), np.array(variances)
+    sizes = idata.posterior.sizes
+    pairs = [(c, d) for c in range(sizes["chain"]) for d in range(sizes["draw"])]
+    moments = [ref.stored_sor_predictive(idata, c, d, X_new, jitter=1e-8) for c, d in pairs]
+    return np.array([m for m, _ in moments]), np.array([v for _, v in moments])
 
 
 @pytest.mark.parametrize("written_by", ["arviz0", "arviz1"])
