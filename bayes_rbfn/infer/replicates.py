@@ -56,11 +56,11 @@ def flat_draws(samples: Any) -> tuple[dict[str, np.ndarray], tuple[int, ...]]:
     """Posterior draws as {site: (T, ...)} NumPy arrays, and the shape of their leading draw axes.
 
     Args:
-        samples: a dict {site: (T, ...)} (``mcmc.get_samples()``), or an InferenceData with a ``posterior``
+        samples: a dict {site: (T, ...)} (``mcmc.get_samples()``), or an ArviZ fit with a ``posterior``
             group (``az.from_numpyro``), whose (chain, draw) axes are flattened.
 
     Returns:
-        ({site: (T, ...)}, (T,) for a dict or (chains, draws) for an InferenceData).
+        ({site: (T, ...)}, (T,) for a dict or (chains, draws) for an ArviZ fit).
     """
     if hasattr(samples, "posterior"):
         post = samples.posterior
@@ -68,7 +68,10 @@ def flat_draws(samples: Any) -> tuple[dict[str, np.ndarray], tuple[int, ...]]:
         flat = {n: np.asarray(v.values).reshape(chains * draws, *v.shape[2:]) for n, v in post.items()}
         return flat, (chains, draws)
     if not (isinstance(samples, Mapping) and samples):
-        raise ValueError("samples: expected a dict {site: draws} or an InferenceData with a posterior group")
+        raise ValueError(
+            "samples: expected a dict {site: draws} or an ArviZ fit (InferenceData, DataTree) with a "
+            "posterior group"
+        )
     flat = {n: np.asarray(v) for n, v in samples.items()}
     sizes = {v.shape[0] if v.ndim else -1 for v in flat.values()}
     if len(sizes) != 1 or -1 in sizes:

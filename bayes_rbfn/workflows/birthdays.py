@@ -1,7 +1,7 @@
 """The Birthdays case study as one call: :func:`fit_birthdays`.
 
 It fits the collection's Birthdays model (:mod:`bayes_rbfn.models.birthdays`) to the packaged US births
-per day and returns ArviZ InferenceData.
+per day and returns the fit as ArviZ's object (InferenceData on ArviZ 0.x, DataTree on 1.x).
 
 NUTS runs through the package's one loop (:mod:`bayes_rbfn.infer.sampler`), at :data:`DEFAULT_SETTINGS`
 unless told otherwise. The returned data hold:
@@ -126,7 +126,7 @@ def fit_birthdays(
     component_draws: int = COMPONENT_DRAWS,
     on_chunk: Any = None,
 ) -> Any:
-    """Fit the Birthdays model with NUTS; ArviZ InferenceData (module docstring).
+    """Fit the Birthdays model with NUTS; ArviZ's object of the fit (module docstring).
 
     Args:
         settings: the sampler's settings (:class:`~bayes_rbfn.infer.sampler.SamplerSettings`; with
@@ -136,8 +136,9 @@ def fit_birthdays(
         on_chunk: passed to :func:`~bayes_rbfn.infer.sampler.run_chains` (progress).
 
     Returns:
-        InferenceData with posterior, sample_stats, observed_data, constant_data, log_likelihood (LOO
-        conditionals; attribute ``loo_r2``) and predictions (the components).
+        InferenceData (ArviZ 0.x) or DataTree (1.x) with posterior, sample_stats, observed_data,
+        constant_data, log_likelihood (LOO conditionals; attribute ``loo_r2``) and predictions (the
+        components).
     """
     data = B.load_birthdays(years)
     args = data["model_args"]

@@ -15,7 +15,7 @@ inducing inputs Z and the same seed, and returns a :class:`Comparison`:
   LOO; ``elpd_test_mcse`` its Monte Carlo standard error from the draws' effective sample size (delta
   method, below); and the convergence of each fit (``r_hat``, ``divergences``) and the share of
   prediction points where its predictive variance has collapsed (``collapsed_points``);
-* ``idatas`` — one InferenceData per model, exactly as :func:`bayes_rbfn.fit` returns it;
+* ``idatas`` — one fit per model, exactly as :func:`bayes_rbfn.fit` returns it (InferenceData or DataTree);
 * ``plot(path)`` — the elpd comparison plot of ``table`` (in the style of ArviZ's, drawn with matplotlib),
   the held-out elpd, and the predictive bands of every model on one figure; ``write(folder)`` — table
   CSV, plot PNG and ``inference_<model>.nc`` files, atomically.
@@ -238,7 +238,7 @@ class Comparison:
     """Several models fitted to the same data, and their comparison (see the module docstring).
 
     Attributes:
-        idatas: model name → InferenceData of its fit (in the order the models were given).
+        idatas: model name → its fit, as :func:`bayes_rbfn.fit` returns it (in the order given).
         table: :func:`bayes_rbfn.io.arviz_compat.compare`'s table (index: model name, ranked by ``elpd_<ic>``;
             the same columns on both ArviZ lines) plus the columns
             ``elpd_test``, ``elpd_test_se``, ``elpd_test_mcse`` (NaN without a test split), ``r_hat``
