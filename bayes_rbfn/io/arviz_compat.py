@@ -280,16 +280,7 @@ class Loo:
 
 def loo(idata: Any, reff: float | None = None) -> Loo:
     """PSIS-LOO over ``idata``'s one ``log_likelihood`` variable (``az.loo(…, pointwise=True)``)."""
-    try:
-        result = az.loo(idata, pointwise=True, reff=reff)
-    except ValueError as err:  # 1.x: too few draws for a Pareto tail of 5; 0.x then leaves them unsmoothed
-        if not ARVIZ_1 or "n_draws_tail" not in str(err):
-            raise
-        log_lik = next(iter(group_dataset(idata, "log_likelihood").data_vars.values()))
-        log_ratios = -log_lik
-        log_weights = log_ratios - log_ratios.reduce(np.logaddexp.reduce, dim=SAMPLE_DIMS)
-        pareto_k = xr.full_like(log_lik.isel(chain=0, draw=0, drop=True), np.inf)
-        result = az.loo(idata, pointwise=True, reff=reff, log_weights=log_weights, pareto_k=pareto_k)
+    result = _elpd_loo(idata, reff)
     if ARVIZ_1:
         elpd, p = result.elpd, result.p
     else:
@@ -302,6 +293,21 @@ def loo(idata: Any, reff: float | None = None) -> Loo:
         warning=bool(result.warning),
         elpd_i=np.ravel(np.asarray(result.elpd_i if ARVIZ_1 else result.loo_i)),
     )
+
+
+def _elpd_loo(idata: Any, reff: float | None) -> Any:
+    """The line's own ``az.loo(…, pointwise=True)`` result, unsmoothed where there are too few draws."""
+    try:
+        result = az.loo(idata, pointwise=True, reff=reff)
+    except ValueError as err:  # 1.x: too few draws for a Pareto tail of 5; 0.x then leaves them unsmoothed
+        if not ARVIZ_1 or "n_draws_tail" not in str(err):
+            raise
+        log_lik = next(iter(group_dataset(idata, "log_likelihood").data_vars.values()))
+        log_ratios = -log_lik
+        log_weights = log_ratios - log_ratios.reduce(np.logaddexp.reduce, dim=SAMPLE_DIMS)
+        pareto_k = xr.full_like(log_lik.isel(chain=0, draw=0, drop=True), np.inf)
+        result = az.loo(idata, pointwise=True, reff=reff, log_weights=log_weights, pareto_k=pareto_k)
+    return result
 
 
 def psis_log_weights(log_ratios: np.ndarray, reff: float) -> np.ndarray:
@@ -356,8 +362,9 @@ def compare(idatas: Mapping[str, Any], *, ic: str = "loo", seed: int | None = No
         warnings.simplefilter("ignore")
         if not ARVIZ_1:
             return az.compare(dict(idatas), ic=ic, seed=seed)[columns]
-        table = az.compare(dict(idatas), round_to="none")
+        results = {name: _elpd_loo(idata, None) for name, idata in idatas.items()}  # each LOO once
+        table = az.compare(results, round_to="none")
     table = table.rename(columns={"elpd": "elpd_loo", "p": "p_loo"})
     table["elpd_diff"] = np.abs(table["elpd_diff"].to_numpy(dtype=np.float64))
-    table["warning"] = [loo(idatas[name]).warning for name in table.index]
+    table["warning"] = [bool(results[name].warning) for name in table.index]
     return table[columns]
