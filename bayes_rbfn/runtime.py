@@ -105,9 +105,14 @@ def initialize_distributed(
         shutdown_timeout_seconds: how long a process that ends waits at the shutdown barrier for the
             others (JAX's default, 300 s); where a peer has died, the bound on the stop when the runtime
             has not yet marked that peer dead.
+
+    The persistent compilation cache (:func:`enable_compilation_cache`) is turned off for the process:
+    under jaxlib 0.12.1 a multi-process program loaded from it deadlocks in its first Gloo collective,
+    so every process compiles its programs afresh.
     """
     import jax
 
+    jax.config.update("jax_enable_compilation_cache", False)
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(
         coordinator_address=coordinator_address,

@@ -31,7 +31,7 @@ else:
 from bayes_rbfn import runtime  # noqa: E402
 
 runtime.enable_x64()
-runtime.enable_compilation_cache()  # the suite's cache (BAYES_RBFN_CACHE_DIR): later runs load, not compile
+runtime.enable_compilation_cache()  # the suite's cache; initialize_distributed turns it off for PROCESSES > 1
 if PROCESSES > 1:
     runtime.initialize_distributed(
         f"localhost:{PORT}",
