@@ -464,7 +464,8 @@ def _run_fit(args: argparse.Namespace, console: Console) -> int:
     from bayes_rbfn.io.output import output_lock, remove_leftovers
 
     if distributed.wanted(args):
-        return distributed.run(args, console)
+        checks = distributed.SingleProcessChecks(_load_test, _inputs, _check_result_size)
+        return distributed.run(args, console, checks)
 
     start = time.perf_counter()
     resuming = args.resume is not None
