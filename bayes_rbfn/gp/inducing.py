@@ -59,16 +59,19 @@ def periodic_centres(M: int, period: float, start: float = 0.0) -> np.ndarray:
 def kmeans_centres(X: np.ndarray, M: int, seed: int = 0, iterations: int = 50) -> np.ndarray:
     """k-means centres of the distinct rows of X (N, D); returns (M, D), distinct rows, in X's units.
 
-    Each column is scaled by its standard deviation when D > 1.
+    The columns are taken about their means, and scaled by their standard deviations when D > 1: the
+    iterations' convergence test is relative to the points' magnitude, which an input far from 0 (a time
+    since 1970) would otherwise make so loose that they stop at the seeding.
     """
     points = _distinct(X)
     if M == points.shape[0]:
         return points
+    centre = points.mean(axis=0)
     if points.shape[1] == 1:
-        return _lloyd(points, M, seed, iterations)
+        return _lloyd(points - centre, M, seed, iterations) + centre
     spread = points.std(axis=0)
     spread = np.where(spread > 0, spread, 1.0)
-    return _lloyd(points / spread, M, seed, iterations) * spread
+    return _lloyd((points - centre) / spread, M, seed, iterations) * spread + centre
 
 
 def _lloyd(points: np.ndarray, M: int, seed: int, iterations: int) -> np.ndarray:

@@ -73,6 +73,7 @@ __all__ = [
     "as_2d",
     "check_nonnegative_parameter",
     "check_positive_parameter",
+    "common_origin",
     "safe_sqrt",
     "scaled_sqdist",
 ]
@@ -135,9 +136,14 @@ def _sqdist_jvp(primals: tuple, tangents: tuple) -> tuple[jax.Array, jax.Array]:
     gradient costs a few products instead of passes over an (N1, N2, D) array; the value itself keeps its
     differences (:func:`scaled_sqdist`). The expansion's rounding is relative to the derivative's terms,
     not to r², so it leaves the zero derivative at coincident points to the kernels' :func:`safe_sqrt`.
+    The terms are those of the inputs taken about a common point (:func:`common_origin`), which leaves
+    every difference x − x' as it is: taken about 0, inputs far from the origin relative to their spread
+    (times in seconds since 1970 over a second, say) would cancel away every digit of the derivative.
     """
-    X1, X2, c = primals
+    X1_raw, X2_raw, c = primals
     dX1, dX2, dc = tangents
+    origin = common_origin(X2_raw)
+    X1, X2 = X1_raw - origin, X2_raw - origin
     # Full precision, the package's policy for every product (a GPU would round float32 inputs to TF32).
     dot = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
     c2 = c * c
@@ -146,7 +152,19 @@ def _sqdist_jvp(primals: tuple, tangents: tuple) -> tuple[jax.Array, jax.Array]:
     rows = jnp.sum(A1 * dX1, axis=1) + dot(X1 * X1, cdc)
     cols = jnp.sum(A2 * dX2, axis=1) + dot(X2 * X2, cdc)
     cross = dot(A1, dX2.T) + dot(dX1, A2.T) + 2.0 * dot(X1 * cdc, X2.T)
-    return _sqdist(X1, X2, c), 2.0 * (rows[:, None] + cols[None, :] - cross)
+    return _sqdist(X1_raw, X2_raw, c), 2.0 * (rows[:, None] + cols[None, :] - cross)
+
+
+def common_origin(X: jax.Array) -> jax.Array:
+    """The point (D,) a translation-invariant kernel takes its inputs about: the first row of X (N, D).
+
+    Any common point leaves the differences x − x' unchanged; one of the inputs keeps the shifted inputs
+    within the data's spread, so expansions of the differences and sines of the inputs keep their digits
+    wherever the origin of an input lies. The first row, not a mean: the streamed passes pad the data's
+    last block with zero rows (:func:`bayes_rbfn.gp.streaming.zero_padded`), which would pull a mean
+    towards 0. No derivative flows through it (the kernels do not depend on it).
+    """
+    return jax.lax.stop_gradient(X[0])
 
 
 def _real_parameter(cls_name: str, name: str, value: Any) -> np.ndarray:
@@ -515,9 +533,10 @@ class Periodic(Kernel):
 
     See eq. (4.31) in [1] of the module. ``period`` p and ``lengthscale`` ℓ may be scalars or per-dimension.
     sin² of the signed difference equals sin² of the distance, so no square root is needed. The sine of
-    the difference is taken as sin a cos b − cos a sin b with a = πx/p, b = πx'/p: sines and cosines of the
-    N1 + N2 inputs instead of N1·N2 sines, and exactly 0 at coincident inputs (the two products are then
-    the same numbers); elsewhere it is within a few ulps of 1 absolutely.
+    the difference is taken as sin a cos b − cos a sin b with a = π(x − o)/p, b = π(x' − o)/p about a common
+    point o (:func:`common_origin`): sines and cosines of the N1 + N2 inputs instead of N1·N2 sines, and
+    exactly 0 at coincident inputs (the two products are then the same numbers); elsewhere it is within a
+    few ulps of 1 absolutely.
     """
 
     params = ("lengthscale", "variance", "period")
@@ -561,7 +580,10 @@ class Periodic(Kernel):
         # Reciprocals of the (D,) hyperparameters, not a division per entry (see scaled_sqdist).
         frequency = jnp.broadcast_to(jnp.pi / jnp.asarray(self.period), (D,))
         inv_lengthscale = jnp.broadcast_to(1.0 / jnp.asarray(self.lengthscale), (D,))
-        a, b = (X1 * frequency).T, (X2 * frequency).T  # (D, N1), (D, N2)
+        # The sines of inputs about a common point (the difference is unchanged), not about 0, where a
+        # large input (a time in seconds since 1970) would leave the sine of its phase no digits.
+        origin = common_origin(X2)
+        a, b = ((X1 - origin) * frequency).T, ((X2 - origin) * frequency).T  # (D, N1), (D, N2)
         sin_diff = (
             jnp.sin(a)[:, :, None] * jnp.cos(b)[:, None, :] - jnp.cos(a)[:, :, None] * jnp.sin(b)[:, None, :]
         )

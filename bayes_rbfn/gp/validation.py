@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
+    "INPUT_RELATIVE_SPREAD",
     "INPUT_SCALES",
     "TARGET_SCALES",
     "as_float_array",
@@ -112,18 +113,27 @@ INPUT_SCALES = (1e-140, 1e140)
 #: 1e±60 agree with y's; y × 1e-80 leaves no finite starting point, y × 1e±100 gave wrong answers).
 TARGET_SCALES = (1e-60, 1e60)
 
+#: The smallest spread of a training input column relative to its largest magnitude. The kernels take
+#: differences about a common point (:func:`bayes_rbfn.gp.kernels.common_origin`), so only the rounding of
+#: the inputs themselves is left: at this ratio an input is held to 2.2e-16 / 1e-10 ≈ 2e-6 of its spread
+#: (a time in milliseconds since 1970 over 1 s: 6e-10, fits as it does about 0).
+INPUT_RELATIVE_SPREAD = 1e-10
 
-def check_scale(values: Any, name: str, scales: tuple[float, float]) -> None:
+
+def check_scale(values: Any, name: str, scales: tuple[float, float], *, relative_spread: float = 0.0) -> None:
     """Refuse a concrete column whose spread or magnitude float64 arithmetic cannot carry.
 
     Args:
         values: (N,) finite values of one input column or of the targets.
         name: how the message names them (``"X[:, 0]"``, ``"column 'time'"``).
         scales: (smallest spread, largest magnitude) accepted: :data:`INPUT_SCALES` or :data:`TARGET_SCALES`.
+        relative_spread: the smallest spread accepted relative to the largest magnitude
+            (:data:`INPUT_RELATIVE_SPREAD` for training inputs; 0: none).
 
     Raises:
-        ValueError: the values spread over less than ``scales[0]`` (but are not all equal), or reach a
-            magnitude above ``scales[1]``; the message gives their range and says to rescale.
+        ValueError: the values spread over less than ``scales[0]`` or ``relative_spread`` × their largest
+            magnitude (but are not all equal), or reach a magnitude above ``scales[1]``; the message gives
+            their range and says to rescale.
     """
     if not is_concrete(values):
         return
@@ -132,13 +142,13 @@ def check_scale(values: Any, name: str, scales: tuple[float, float]) -> None:
         return
     lo, hi = float(arr.min()), float(arr.max())
     spread, largest = hi - lo, max(abs(lo), abs(hi))
-    smallest_spread, largest_magnitude = scales
-    if largest > largest_magnitude or 0 < spread < smallest_spread or not np.isfinite(spread):
+    smallest_spread = max(scales[0], relative_spread * largest)
+    if largest > scales[1] or 0 < spread < smallest_spread or not np.isfinite(spread):
         raise ValueError(
-            f"{name}: its values run from {lo:.3g} to {hi:.3g}, a scale float64 arithmetic cannot carry "
-            f"through the model (spreads of at least {smallest_spread:g} and magnitudes up to "
-            f"{largest_magnitude:g} are safe); rescale it (units where the values are of order 1 are best) "
-            "and undo the scale on the results"
+            f"{name}: its values run from {lo:.10g} to {hi:.10g}, a scale float64 arithmetic cannot carry "
+            f"through the model (spreads of at least {scales[0]:g} and {relative_spread:g} of the "
+            f"magnitude, magnitudes up to {scales[1]:g} are safe); rescale it (units where the values are "
+            "of order 1 are best) and undo the scale on the results"
         )
 
 

@@ -29,6 +29,7 @@ from bayes_rbfn.gp.inducing import select_inducing
 from bayes_rbfn.gp.priors import scales_from
 from bayes_rbfn.gp.streaming import check_precision, to_host
 from bayes_rbfn.gp.validation import (
+    INPUT_RELATIVE_SPREAD,
     INPUT_SCALES,
     TARGET_SCALES,
     check_positive,
@@ -391,7 +392,7 @@ def build_model(
     X = check_X(X, "X")
     y = check_y(y, X.shape[0])
     for j in range(X.shape[1]):
-        check_scale(X[:, j], f"X[:, {j}]", INPUT_SCALES)
+        check_scale(X[:, j], f"X[:, {j}]", INPUT_SCALES, relative_spread=INPUT_RELATIVE_SPREAD)
     check_scale(y, "y", TARGET_SCALES)
     lik = get_likelihood(likelihood)
     spec.check_likelihood(lik.name)

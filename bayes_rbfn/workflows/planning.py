@@ -180,10 +180,10 @@ def check_data_scales(data: Dataset) -> None:
 
     A ValueError (:func:`bayes_rbfn.gp.validation.check_scale`).
     """
-    from bayes_rbfn.gp.validation import INPUT_SCALES, TARGET_SCALES, check_scale
+    from bayes_rbfn.gp.validation import INPUT_RELATIVE_SPREAD, INPUT_SCALES, TARGET_SCALES, check_scale
 
     for j, name in enumerate(data.x_names):
-        check_scale(data.X[:, j], f"column {name!r}", INPUT_SCALES)
+        check_scale(data.X[:, j], f"column {name!r}", INPUT_SCALES, relative_spread=INPUT_RELATIVE_SPREAD)
     check_scale(data.y, f"column {data.y_name!r}", TARGET_SCALES)
 
 
