@@ -39,6 +39,9 @@ _NOT_APPLICABLE = (
     ("max_groups", "--max-groups"),
 )
 
+#: Options of ``fit`` that name columns of a CSV file: (attribute, flag).
+_COLUMNS = (("x", "--x"), ("y", "--y"), ("group", "--group"))
+
 
 def wanted(args: argparse.Namespace) -> bool:
     """Whether the command asks for the Birthdays fit."""
@@ -63,6 +66,12 @@ def plan(args: argparse.Namespace) -> BirthdaysPlan:
     from bayes_rbfn.models.birthdays import load_birthdays
     from bayes_rbfn.workflows.birthdays import DEFAULT_SETTINGS
 
+    columns = [flag for name, flag in _COLUMNS if getattr(args, name, None) is not None]
+    if columns:
+        raise UserError(
+            f"{', '.join(columns)}: the {NAME} data set has its own inputs and target; these options name "
+            "columns of a CSV file: drop them"
+        )
     given = [flag for name, flag in _NOT_APPLICABLE if getattr(args, name, None) is not None]
     if given:
         raise UserError(

@@ -42,6 +42,7 @@ from bayes_rbfn.cli.options import (
     data_arguments,
     dataset_descriptions,
     fraction,
+    iterations,
     kernel_arguments,
     likelihood_names,
     load_data,
@@ -87,7 +88,7 @@ from bayes_rbfn.workflows.planning import (
 if TYPE_CHECKING:
     from bayes_rbfn.infer.sampler import SamplerSettings
 
-__all__ = ["FitPlan", "FitResults"]
+__all__ = ["FitPlan", "FitResults", "check_finite_scores"]
 
 #: Groups drawn in the predictive plot of grouped data.
 MAX_GROUP_PANELS = 6
@@ -208,7 +209,7 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
     resume = parser.add_argument_group("interrupted runs")
     resume.add_argument(
         "--checkpoint-every",
-        type=positive_int,
+        type=iterations,
         default=DEFAULT_CHECKPOINT_EVERY,
         metavar="N",
         help="save the sampler's state and draws every N iterations into DIR.partial next to the output "
@@ -403,12 +404,25 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
 
 
 def _load_test(args: argparse.Namespace, data: Dataset, likelihood: Any, notes: list[str]) -> Dataset | None:
-    """The held-out data of ``--test``, read as the data are, or None without ``--test``.
+    """The held-out data of ``--test``, read and checked as the data are, or None without ``--test``.
 
     Read with the same columns and ``--strict``; rows with missing values are dropped and counted in
-    ``notes``.
+    ``notes``. Its input and target columns must lie within the scales float64 carries through the model,
+    as the data's (:func:`bayes_rbfn.workflows.planning.check_data_scales`).
+
+    Args:
+        args: the parsed options of ``fit``.
+        data: the data fitted.
+        likelihood: the fit's likelihood.
+        notes: the report's notes, appended to.
+
+    Returns:
+        The test data, or None.
+
+    Raises:
+        UserError: ``--test`` with options or data it does not go with, or a test file refused by the
+            reader or the scale checks (the message starts with ``--test`` and the file's name).
     """
-    from bayes_rbfn.gp.validation import INPUT_SCALES, check_scale
     from bayes_rbfn.io.reader import read_xy_csv
 
     if args.test is None:
@@ -430,8 +444,7 @@ def _load_test(args: argparse.Namespace, data: Dataset, likelihood: Any, notes: 
             on_wait=Console().say,
             training=False,
         )
-        for j, name in enumerate(data.x_names):
-            check_scale(test.X[:, j], f"column {name!r}", INPUT_SCALES)
+        planning.check_data_scales(test)
     except InputError as err:  # its message starts with the file's name
         raise UserError(f"--test {err}") from None
     except ValueError as err:
@@ -441,6 +454,24 @@ def _load_test(args: argparse.Namespace, data: Dataset, likelihood: Any, notes: 
     if args.x_pred_extend != DEFAULT_EXTEND:
         notes.append("--x-pred-extend is ignored: the predictions are at the test inputs.")
     return test
+
+
+def check_finite_scores(scores: dict | None, what: str) -> None:
+    """Refuse to write scores of which one is infinite or NaN (float64 could not carry the values scored).
+
+    Args:
+        scores: the scores by name (:func:`bayes_rbfn.infer.scores.score`), or None (nothing to check).
+        what: the message's start, up to the word "scores" (``"--test TEST.csv: the"``).
+
+    Raises:
+        UserError: naming the scores that are not finite.
+    """
+    bad = [name for name, value in (scores or {}).items() if not np.isfinite(value)]
+    if bad:
+        raise UserError(
+            f"{what} scores {', '.join(bad)} are not finite (the values scored lie too far from the "
+            "predictive for float64); no results were written; rescale the data and the values scored"
+        )
 
 
 @command(
@@ -913,6 +944,9 @@ def _write_outputs(
     from bayes_rbfn.io.netcdf import write_inference_data
     from bayes_rbfn.io.output import atomic_output_dir
 
+    backtest = "--holdout-after" if plan.holdout_after is not None else "--holdout"
+    check_finite_scores(results.backtest, f"{backtest}: the backtest's")
+    check_finite_scores(results.test, f"--test {plan.test_source}: the")
     console.say(f"Writing {plan.out} ...")
     with atomic_output_dir(plan.out, args.overwrite, protect=_inputs(args)) as tmp:
         write_inference_data(idata, tmp / "inference.nc")

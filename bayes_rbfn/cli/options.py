@@ -34,10 +34,19 @@ __all__ = [
     "DEFAULT_DRAWS",
     "DEFAULT_TARGET_ACCEPT",
     "DEFAULT_WARMUP",
+    "MAX_CHAINS",
+    "MAX_GROUPS_OPTION",
+    "MAX_INDUCING_OPTION",
+    "MAX_ITERATIONS",
+    "chain_count",
+    "count_option",
     "data_arguments",
     "dataset_descriptions",
     "dataset_names",
     "fraction",
+    "group_count",
+    "inducing_count",
+    "iterations",
     "kernel_arguments",
     "kernel_names",
     "likelihood_names",
@@ -95,6 +104,36 @@ def number_option(
 
 
 positive_int = number_option(int, lambda v: v >= 1, "a positive whole number", "be a positive whole number")
+
+
+def count_option(most: int) -> Callable[[str], int]:
+    """An option type for a count: a whole number in 1 … ``most``.
+
+    Args:
+        most: the largest count accepted.
+
+    Returns:
+        The option type; its refusal names the range ("must be a positive whole number ≤ 10,000").
+    """
+    return number_option(
+        int, lambda v: 1 <= v <= most, "a positive whole number", f"be a positive whole number ≤ {most:,}"
+    )
+
+
+#: The most iterations one option asks of a chain (--warmup, --draws, --checkpoint-every; sbc's --warmup,
+#: --draws, --thin): warm-up and draws together stay within the 32-bit counters NumPyro keeps when float64
+#: is off (2³¹ − 1).
+MAX_ITERATIONS = 10**9
+#: The most chains of --chains.
+MAX_CHAINS = 10_000
+#: The most inducing inputs of --num-inducing: each M × M matrix then takes 800 MB.
+MAX_INDUCING_OPTION = 10_000
+#: The most groups of --max-groups.
+MAX_GROUPS_OPTION = 1_000_000
+iterations = count_option(MAX_ITERATIONS)
+chain_count = count_option(MAX_CHAINS)
+inducing_count = count_option(MAX_INDUCING_OPTION)
+group_count = count_option(MAX_GROUPS_OPTION)
 #: NUTS's tree depth: 1 … MAX_TREE_DEPTH (2^depth − 1 leapfrog steps at most, counted in 32 bits).
 tree_depth = number_option(
     int,
@@ -201,7 +240,7 @@ def data_arguments(parser: argparse.ArgumentParser, default_dataset: str, groupe
     if grouped:
         data.add_argument(
             "--max-groups",
-            type=positive_int,
+            type=group_count,
             metavar="G",
             help="grouped data: keep G groups, evenly spread over the sorted group labels",
         )
@@ -217,7 +256,7 @@ def kernel_arguments(group: Any, default_kernel: str, default_num_inducing: str)
     )
     group.add_argument(
         "--num-inducing",
-        type=positive_int,
+        type=inducing_count,
         metavar="M",
         help=f"inducing inputs (RBF centres), chosen by k-means (default {default_num_inducing})",
     )
@@ -228,19 +267,19 @@ def sampler_arguments(parser: argparse.ArgumentParser) -> None:
     sampler = parser.add_argument_group("sampler (NUTS)")
     sampler.add_argument(
         "--chains",
-        type=positive_int,
+        type=chain_count,
         default=DEFAULT_CHAINS,
         help=f"Markov chains, run in parallel up to the number of cores (default {DEFAULT_CHAINS})",
     )
     sampler.add_argument(
         "--draws",
-        type=positive_int,
+        type=iterations,
         default=DEFAULT_DRAWS,
         help=f"draws per chain (default {DEFAULT_DRAWS})",
     )
     sampler.add_argument(
         "--warmup",
-        type=positive_int,
+        type=iterations,
         default=DEFAULT_WARMUP,
         help=f"warm-up (adaptation) iterations per chain, discarded (default {DEFAULT_WARMUP})",
     )

@@ -48,7 +48,7 @@ def partial_dir(out: Path) -> Path:
     folder, as they share the lock of :func:`bayes_rbfn.io.output.output_lock`.
     """
     out = Path(os.path.realpath(os.path.abspath(out)))
-    return out.with_name(out.name + PARTIAL_SUFFIX)
+    return out.parent / (out.name + PARTIAL_SUFFIX)  # "/.partial" for the root, which has no name
 
 
 def saved_progress(partial: Path) -> Any:

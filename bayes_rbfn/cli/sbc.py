@@ -15,13 +15,22 @@ from typing import Any
 import numpy as np
 
 from bayes_rbfn.cli.common import Console, UserError, command, configure_jax, duration, quiet_libraries
-from bayes_rbfn.cli.options import one_of, option_error, output_arguments, positive_int, seed
+from bayes_rbfn.cli.options import count_option, iterations, one_of, option_error, output_arguments, seed
 
 __all__ = ["SBC_ALPHA"]
 
 
 #: Family-wise false-alarm rate of the SBC verdict (Bonferroni over the ranked quantities).
 SBC_ALPHA = 0.01
+
+#: The most simulated data sets of --reps.
+MAX_REPS = 100_000
+#: The most data points per set of --n, and inducing inputs of --num-inducing.
+MAX_POINTS = 1_000_000
+#: The most groups of --groups.
+MAX_GROUPS = 10_000
+#: Copies of the estimated arrays that may be alive at once (as fit's estimate of its result).
+_PEAK_COPIES = 3
 
 
 def _sbc_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,21 +63,25 @@ def _sbc_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"its likelihood: {', '.join(sbc.LIKELIHOODS)} (default gaussian; only rbfn takes the others)",
     )
     group.add_argument(
-        "--reps", type=positive_int, default=200, metavar="R", help="simulated data sets (200)"
+        "--reps", type=count_option(MAX_REPS), default=200, metavar="R", help="simulated data sets (200)"
     )
-    group.add_argument("--n", type=positive_int, default=20, help="data points per set (per group) (20)")
+    group.add_argument(
+        "--n", type=count_option(MAX_POINTS), default=20, help="data points per set (per group) (20)"
+    )
     group.add_argument(
         "--num-inducing",
-        type=positive_int,
+        type=count_option(MAX_POINTS),
         default=5,
         metavar="M",
         help="inducing inputs / basis centres (5)",
     )
-    group.add_argument("--groups", type=positive_int, default=3, metavar="G", help="groups, for grouped (3)")
-    group.add_argument("--draws", type=positive_int, default=500, help="NUTS draws per fit (500)")
-    group.add_argument("--warmup", type=positive_int, default=300, help="NUTS warm-up iterations (300)")
     group.add_argument(
-        "--thin", type=positive_int, default=5, help="keep every thin-th draw: L = draws // thin ranks (5)"
+        "--groups", type=count_option(MAX_GROUPS), default=3, metavar="G", help="groups, for grouped (3)"
+    )
+    group.add_argument("--draws", type=iterations, default=500, help="NUTS draws per fit (500)")
+    group.add_argument("--warmup", type=iterations, default=300, help="NUTS warm-up iterations (300)")
+    group.add_argument(
+        "--thin", type=iterations, default=5, help="keep every thin-th draw: L = draws // thin ranks (5)"
     )
     group.add_argument("--seed", type=seed, default=0, help="random seed (0)")
     group.add_argument(
@@ -118,6 +131,7 @@ def _run_sbc(args: argparse.Namespace, console: Console) -> int:
     out = args.out if args.out is not None else default_output_dir(prefix=f"bayes_rbfn_sbc_{args.model}")
     prepare_output_dir(out, args.overwrite)
     configure_jax()
+    _check_memory(args)
     with quiet_libraries(), output_lock(out):
         remove_leftovers(out)
         console.say(
@@ -147,6 +161,40 @@ def _run_sbc(args: argparse.Namespace, console: Console) -> int:
             (tmp / "report.txt").write_text(report + "\n", encoding="utf-8")
     console.result(report)
     return 0
+
+
+def _check_memory(args: argparse.Namespace) -> None:
+    """Refuse a run whose simulated data and NUTS runs cannot fit in memory (an estimate, from above).
+
+    Every iteration of a replication's NUTS run is kept until its draws are ranked: one replication at a
+    time on a CPU, all of them at once on an accelerator (``one_device_method``).
+
+    Args:
+        args: the parsed options of ``sbc``.
+
+    Raises:
+        UserError: the estimate exceeds the memory available; the message names the options to lower.
+    """
+    from bayes_rbfn.infer.failures import format_bytes
+    from bayes_rbfn.infer.sampler import one_device_method
+    from bayes_rbfn.runtime import available_memory
+
+    groups = args.groups if args.model == "grouped" else 1
+    points = args.n * groups
+    # A weight per inducing input and group, a value per group, a few scalars; the sample statistics.
+    values = args.num_inducing * groups + groups + 10 + 12
+    at_once = args.reps if one_device_method() == "vectorized" else 1
+    workspace = points * (points if args.model == "exact" else args.num_inducing)
+    need = 8 * (
+        args.reps * (3 * points + values) + at_once * ((args.warmup + args.draws) * values + workspace)
+    )
+    available = available_memory()
+    if available is not None and _PEAK_COPIES * need > available:
+        raise UserError(
+            f"--reps, --n, --warmup, --draws: this run would need about {format_bytes(_PEAK_COPIES * need)} "
+            f"of memory, and {format_bytes(available)} is available; use fewer replications (--reps), "
+            "iterations (--warmup, --draws) or data points (--n)"
+        )
 
 
 @contextlib.contextmanager

@@ -183,33 +183,58 @@ def _kept_from(record: Mapping[str, Any]) -> int | str:
     return total - draws + 1
 
 
-def _chunk_length(path: Path) -> int | None:
-    """Iterations in the chunk file ``path``, or None when its arrays disagree or it cannot be read.
-
-    The iterations are the second axis of every array in it.
-    """
+def _chunk_arrays(path: Path) -> dict[str, tuple[tuple[int, ...], str]] | None:
+    """The shape and dtype of every array in the chunk file ``path``, or None when it cannot be read."""
     try:
         with np.load(path) as chunk:
-            lengths = {np.shape(chunk[key])[1] for key in chunk.files if np.ndim(chunk[key]) >= 2}
+            return {key: (tuple(np.shape(chunk[key])), chunk[key].dtype.str) for key in chunk.files}
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
         return None
-    return lengths.pop() if len(lengths) == 1 else None
 
 
-def _coverage_problem(folder: Path, files: Mapping[str, str], done: int, kept_from: int) -> str:
+def _chunk_problem(name: str, arrays: Mapping[str, tuple[tuple[int, ...], str]] | None, chains: Any) -> str:
+    """What is wrong with the arrays of one chunk file on their own, or "".
+
+    Every array is (chains, iterations, ...) with the same chains and iterations; ``chains`` is the
+    number the run's fingerprint records (not checked when it records none).
+    """
+    if not arrays or any(len(shape) < 2 or shape[1] < 1 for shape, _ in arrays.values()):
+        return f"{name} holds no readable draws"
+    counts = {shape[0] for shape, _ in arrays.values()}
+    if len({shape[1] for shape, _ in arrays.values()}) > 1 or len(counts) > 1:
+        return f"{name} holds arrays of different numbers of chains or iterations"
+    if isinstance(chains, int) and not isinstance(chains, bool) and counts != {chains}:
+        count = counts.pop()
+        held = f"{count} {'chain' if count == 1 else 'chains'}"
+        return f"{name} holds the draws of {held}, but the run has {chains}"
+    return ""
+
+
+def _coverage_problem(
+    folder: Path, files: Mapping[str, str], done: int, kept_from: int, chains: Any = None
+) -> str:
     """What is wrong with the chunks a manifest lists, or "".
 
     Together they must hold every kept iteration from ``kept_from`` to ``done`` once, in order, and
-    nothing else (files already hashed).
+    nothing else (files already hashed); each must hold the same arrays, of ``chains`` chains (when the
+    fingerprint records it), that differ only in their iterations, so that they join into one run.
     """
     chunks = sorted((int(n[6:13]), n) for n in files if n.startswith("chunk-"))
     expected = kept_from  # the first iteration the next chunk must start with
+    first: tuple[str, dict] | None = None  # the first chunk and its arrays less their iterations
     for end, name in chunks:
         if end < kept_from:
             return f"{name} ends in the warm-up, whose iterations are not kept (draws start at {kept_from})"
-        length = _chunk_length(folder / name)
-        if length is None or length < 1:
-            return f"{name} holds no readable draws"
+        arrays = _chunk_arrays(folder / name)
+        problem = _chunk_problem(name, arrays, chains)
+        if problem or arrays is None:
+            return problem
+        length = next(iter(arrays.values()))[0][1]
+        layout = {key: (shape[:1] + shape[2:], dtype) for key, (shape, dtype) in arrays.items()}
+        if first is None:
+            first = (name, layout)
+        elif layout != first[1]:
+            return f"{name} holds other arrays, shapes or types than {first[0]}"
         start = end - length + 1
         if start > expected:
             return f"no draws are listed for {_iterations(expected, start - 1)}"
@@ -230,8 +255,9 @@ def read_checkpoint(folder: str | os.PathLike[str]) -> CheckpointInfo:
 
     The chunks listed must hold every kept iteration — from ``total_iterations − draws + 1`` (the
     fingerprint records the draws per chain) to ``iterations_done`` — exactly once, with no gap, overlap
-    or extra chunk, and the one sampler state listed must be that of ``iterations_done``; the counter
-    inside that state is compared on :meth:`Checkpoint.resume`.
+    or extra chunk, each the same arrays of the fingerprint's number of chains, and the one sampler state
+    listed must be that of ``iterations_done``; the counter inside that state is compared on
+    :meth:`Checkpoint.resume`.
 
     Raises:
         CheckpointError: no such folder, no ``checkpoint.json`` (not a checkpoint), a foreign or newer
@@ -272,7 +298,9 @@ def read_checkpoint(folder: str | os.PathLike[str]) -> CheckpointInfo:
             raise CheckpointError(f"{folder}: checkpoint file {name} is missing")
         if _sha256(path) != expected:
             raise CheckpointError(f"{folder}: checkpoint file {name} is corrupt (its SHA-256 differs)")
-    problem = _coverage_problem(folder, files, info.iterations_done, int(kept_from))
+    problem = _coverage_problem(
+        folder, files, info.iterations_done, int(kept_from), info.fingerprint.get("chains")
+    )
     if problem:
         raise CheckpointError(f"{folder}: {CHECKPOINT_FILE} is corrupt ({problem})")
     return info

@@ -22,6 +22,7 @@ import errno
 import fnmatch
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -71,6 +72,7 @@ _UNLISTED_RESULTS = (
 
 #: File systems whose files are the kernel's, not the user's: never a place for results.
 _SYSTEM_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
+_DEVICES = Path("/dev")
 
 #: Characters that :func:`_sibling` adds to a name (``.NAME.tmp-1a2b3c4d``) and the ``.partial`` suffix.
 _SIBLING_EXTRA = len("..partial.tmp-") + 8
@@ -97,15 +99,21 @@ def prepare_output_dir(
             directory is always protected: ``out`` may be neither it nor one of its parents.
 
     Raises:
-        InputError: ``out`` is a file (or other non-folder); holds the current directory or a protected
-            file; is non-empty without ``overwrite`` ("use --overwrite"), or with ``overwrite`` but holds
-            an entry this program did not write (the message names it); lies in /proc, /sys or /dev; has
+        InputError: ``out`` is the root of the file system, a file (or other non-folder); holds the
+            current directory or a protected file; is non-empty without ``overwrite`` ("use --overwrite"),
+            or with ``overwrite`` but holds an entry this program did not write (the message names it);
+            lies in /proc, /sys or /dev (but for a tmpfs mounted below /dev, such as /dev/shm); has
             a name too long for the file system once the hidden sibling's suffix is added; or its nearest
             existing parent is a file or not writable ("permission denied", "read-only file system").
     """
     out = Path(out)
     resolved = _real(out)
-    if any(resolved == root or root in resolved.parents for root in _SYSTEM_ROOTS):
+    if resolved == resolved.parent:
+        raise InputError(
+            f"output folder {out}: it is the root of the file system, which is never replaced; choose a new "
+            "folder for --out"
+        )
+    if _system_folder(resolved):
         raise InputError(f"output folder {out}: {resolved} is a system folder, not a place for results")
     cwd = Path.cwd().resolve()
     if resolved == cwd or resolved in cwd.parents:
@@ -225,6 +233,43 @@ def _written_files(folder: Path) -> list[str]:
 def _real(path: str | os.PathLike[str]) -> Path:
     """``path`` absolute with every symbolic link resolved (as far as it exists): where files really go."""
     return Path(os.path.realpath(os.path.abspath(path)))
+
+
+def _system_folder(path: Path) -> bool:
+    """Whether the absolute, resolved ``path`` lies in /proc, /sys or /dev (:data:`_SYSTEM_ROOTS`).
+
+    A folder inside a tmpfs mounted below /dev (the shared-memory folder /dev/shm) is an ordinary place
+    for scratch results, not a system folder; the mount point itself is.
+    """
+    root = next((r for r in _SYSTEM_ROOTS if path == r or r in path.parents), None)
+    if root != _DEVICES:
+        return root is not None
+    mount = _mount_of(path)
+    return mount is None or mount[1] != "tmpfs" or _DEVICES not in mount[0].parents or path == mount[0]
+
+
+def _mount_of(path: Path) -> tuple[Path, str] | None:
+    """(mount point, file system type) of the mount that holds the absolute ``path``.
+
+    Read from /proc/self/mounts; None where that cannot be read (not Linux).
+    """
+    try:
+        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    found: tuple[Path, str] | None = None
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        # The table writes a space, tab, newline or backslash in a mount point as an octal escape.
+        point = Path(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields[1]))
+        if (path == point or point in path.parents) and (
+            found is None or len(point.parts) >= len(found[0].parts)
+        ):
+            found = (point, fields[2])
+    return found
 
 
 def _unwritable(folder: Path) -> str:

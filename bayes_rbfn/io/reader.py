@@ -28,6 +28,7 @@ file mixes both marks. Numbers are Python's correctly rounded ``float`` of the t
 from __future__ import annotations
 
 import codecs
+import contextlib
 import csv
 import difflib
 import io
@@ -37,7 +38,7 @@ import re
 import stat
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -461,8 +462,11 @@ def _choose_delimiter(
     """
 
     def split(line: str, delimiter: str) -> list[str] | None:
+        if delimiter not in line:  # one field, whatever it holds
+            return [line]
         try:  # csv.reader honours quoted fields
-            return next(csv.reader([line], delimiter=delimiter, skipinitialspace=True), [])
+            with _field_size_limit(len(line)):
+                return next(csv.reader([line], delimiter=delimiter, skipinitialspace=True), [])
         except csv.Error:
             return None
 
@@ -480,6 +484,24 @@ def _choose_delimiter(
         if best is None or (fitting, len(fields)) > best:
             best, chosen = (fitting, len(fields)), (delimiter, fields)
     return chosen
+
+
+@contextlib.contextmanager
+def _field_size_limit(size: int) -> Iterator[None]:
+    """Let the csv module read fields of up to ``size`` characters while the block runs.
+
+    Its default limit (131,072 characters) is below a long line taken as one field: the header of a file
+    with many columns split at a delimiter it does not use.
+    """
+    before = csv.field_size_limit()
+    if size <= before:
+        yield
+        return
+    csv.field_size_limit(size)
+    try:
+        yield
+    finally:
+        csv.field_size_limit(before)
 
 
 def _ends_inside_quotes(line: str, delimiter: str, inside: bool) -> bool:

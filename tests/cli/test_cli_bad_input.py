@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,9 @@ import pytest
 from refusal import listing, refuse
 
 import bayes_rbfn.infer.fitting
-from bayes_rbfn import cli
+import bayes_rbfn.workflows.sbc
+from bayes_rbfn import cli, runtime
+from bayes_rbfn.cli import options, sbc
 from bayes_rbfn.cli.compare import plan_compare
 from bayes_rbfn.io import output
 
@@ -34,7 +37,11 @@ def no_sampling(monkeypatch, tmp_path):
     def fit(*args, **kwargs):
         raise AssertionError("fit() was called: bad input must be refused before sampling")
 
+    def run_sbc(*args, **kwargs):
+        raise AssertionError("run_sbc() was called: bad input must be refused before sampling")
+
     monkeypatch.setattr(bayes_rbfn.infer.fitting, "fit", fit)
+    monkeypatch.setattr(bayes_rbfn.workflows.sbc, "run_sbc", run_sbc)
     monkeypatch.chdir(tmp_path)
 
 
@@ -184,6 +191,63 @@ def test_non_positive_counts(capsys, tmp_path, option, value):
     refuse(["fit", option, value], capsys, tmp_path, f"argument {option}", "positive whole number")
 
 
+#: Every whole-number option of every command but --seed, --max-tree-depth (tested above) and fit's
+#: --years (1 … 20, the years of the record): (command, option, the largest value accepted).
+COUNT_OPTIONS = [
+    *[
+        ("fit", option, most)
+        for option, most in [
+            ("--chains", options.MAX_CHAINS),
+            ("--draws", options.MAX_ITERATIONS),
+            ("--warmup", options.MAX_ITERATIONS),
+            ("--num-inducing", options.MAX_INDUCING_OPTION),
+            ("--max-groups", options.MAX_GROUPS_OPTION),
+            ("--checkpoint-every", options.MAX_ITERATIONS),
+        ]
+    ],
+    *[
+        ("compare", option, most)
+        for option, most in [
+            ("--chains", options.MAX_CHAINS),
+            ("--draws", options.MAX_ITERATIONS),
+            ("--warmup", options.MAX_ITERATIONS),
+            ("--num-inducing", options.MAX_INDUCING_OPTION),
+        ]
+    ],
+    *[
+        ("sbc", option, most)
+        for option, most in [
+            ("--reps", sbc.MAX_REPS),
+            ("--n", sbc.MAX_POINTS),
+            ("--num-inducing", sbc.MAX_POINTS),
+            ("--groups", sbc.MAX_GROUPS),
+            ("--draws", options.MAX_ITERATIONS),
+            ("--warmup", options.MAX_ITERATIONS),
+            ("--thin", options.MAX_ITERATIONS),
+        ]
+    ],
+]
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "most"), COUNT_OPTIONS, ids=[f"{c}{o}" for c, o, _ in COUNT_OPTIONS]
+)
+@pytest.mark.parametrize("value", ["9223372036854775808", "most+1"], ids=["2^63", "one-past-the-bound"])
+def test_counts_past_their_bound_are_refused_when_parsed(capsys, tmp_path, command, option, most, value):
+    """Refused by the option's type (not by JAX, minutes later, in a traceback), naming the bound."""
+    value = str(most + 1) if value == "most+1" else value
+    refuse([command, option, value, "--out", "res"], capsys, tmp_path, f"argument {option}", f"≤ {most:,}")
+
+
+def test_sbc_whose_runs_cannot_fit_in_memory(capsys, tmp_path, monkeypatch):
+    """Within every option's bound, but not within the memory: refused before sampling, naming the options."""
+    monkeypatch.setattr(runtime, "available_memory", lambda: 8 * 2**30)
+    argv = ["sbc", "--reps", "100000", "--n", "10000", "--out", "res"]
+    refuse(
+        argv, capsys, tmp_path, "--reps, --n, --warmup, --draws:", "would need about", "8.0 GiB is available"
+    )
+
+
 @pytest.mark.parametrize("command", ["fit", "compare"])
 @pytest.mark.parametrize("value", ["31", "2147483648"])
 def test_tree_depth_beyond_what_nuts_counts(capsys, tmp_path, command, value):
@@ -237,11 +301,7 @@ def test_extension_that_overflows(capsys, tmp_path, good_csv, value):
 @pytest.mark.parametrize("option", ["--draws", "--chains"])
 def test_draws_that_cannot_fit_in_memory(capsys, tmp_path, good_csv, option):
     """Estimated before starting: the message says how much would be needed and how much there is."""
-    big = (
-        ["--draws", "1000000000000"]
-        if option == "--draws"
-        else ["--chains", "100000", "--draws", "100000000"]
-    )
+    big = ["--draws", "1000000000"] if option == "--draws" else ["--chains", "10000", "--draws", "100000000"]
     refuse(fit_csv(good_csv, *big), capsys, tmp_path, "--draws", "would need about", "of memory", "available")
 
 
@@ -412,6 +472,42 @@ def test_current_directory_is_never_the_output_folder(capsys, tmp_path, good_csv
 )
 def test_system_folders_are_refused(capsys, tmp_path, good_csv, out):
     refuse(fit_csv(good_csv, out=out), capsys, tmp_path, "system folder")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["fit", "good.csv", "--x", "t", "--y", "y"],
+        ["fit", "--dataset", "birthdays"],
+        ["compare"],
+        ["sbc"],
+    ],
+    ids=["fit", "fit-birthdays", "compare", "sbc"],
+)
+def test_the_root_folder_is_never_the_output_folder(capsys, tmp_path, good_csv, argv):
+    refuse([*argv, "--out", "/"], capsys, tmp_path, "output folder /:", "root of the file system")
+
+
+def test_a_tmpfs_below_dev_is_a_place_for_results(tmp_path, good_csv):
+    """/dev/shm, a tmpfs, is no system folder: the run reaches sampling (which the fixture stops)."""
+    shm = Path("/dev/shm")
+    try:
+        mounts = [line.split()[1:3] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    except OSError:
+        mounts = []
+    if ["/dev/shm", "tmpfs"] not in mounts or not os.access(shm, os.W_OK):
+        pytest.skip("no writable tmpfs mounted at /dev/shm")
+    out = shm / f"bayes_rbfn_test_{os.getpid()}_{tmp_path.name}"
+    try:
+        with pytest.raises(AssertionError, match=r"fit\(\) was called"):
+            cli.main([str(a) for a in fit_csv(good_csv, "--quiet", out=out)])
+        assert not out.exists()
+    finally:
+        for path in shm.glob(f"*{out.name}*"):  # the lock and OUT.partial, had they been left
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
 
 
 def test_output_name_too_long(capsys, tmp_path, good_csv):

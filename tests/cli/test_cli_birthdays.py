@@ -4,7 +4,8 @@ One short fit (the last year, two chains of 5 + 5 from the prior median) serves 
 files of the contract; ``inference.nc``'s groups with one LOO conditional per day and draw and the
 components at the stored draws; ``predictions.csv`` whose fit is the sum of its components and whose
 births are the packaged file's; a report naming R-hat, divergences, PSIS-LOO and LOO-R². Options that
-choose another model, and ``--years`` out of range or without the data set, exit 2 and write nothing.
+choose another model, columns of a CSV file (``--x``, ``--y``, ``--group``), and ``--years`` out of range or
+without the data set, exit 2 and write nothing.
 """
 
 from __future__ import annotations
@@ -77,10 +78,21 @@ def test_predictions_csv_holds_the_data_and_a_fit_that_explains_them(out):
         (["--kernel", "se"], ["--kernel", "its own model"]),
         (["--model", "sor", "--num-inducing", "20"], ["--model, --num-inducing"]),
         (["--years", "21"], ["--years: expected 1 … 20"]),
+        (["--x", "day"], ["--x: the birthdays data set has its own inputs"]),
+        (
+            ["--x", "day", "--y", "births", "--group", "weekday"],
+            ["--x, --y, --group: the birthdays data set"],
+        ),
     ],
-    ids=["kernel", "model-and-inducing", "years-out-of-range"],
+    ids=["kernel", "model-and-inducing", "years-out-of-range", "x-column", "x-y-and-group-columns"],
 )
-def test_options_that_do_not_apply_are_refused(extra, needles, capsys, tmp_path):
+def test_options_that_do_not_apply_are_refused(extra, needles, capsys, tmp_path, monkeypatch):
+    import bayes_rbfn.workflows.birthdays
+
+    def fit_birthdays(*args, **kwargs):
+        raise AssertionError("fit_birthdays() was called: bad input must be refused before sampling")
+
+    monkeypatch.setattr(bayes_rbfn.workflows.birthdays, "fit_birthdays", fit_birthdays)
     argv = ["fit", "--dataset", "birthdays", *extra, "--out", tmp_path / "out"]
     refuse(argv, capsys, tmp_path, *needles)
 

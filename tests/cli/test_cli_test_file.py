@@ -179,6 +179,55 @@ def test_test_file_of_grouped_data_is_refused(no_sampling, tmp_path, capsys):
     refuse(argv, capsys, tmp_path, "--test", "grouped")
 
 
+@pytest.mark.parametrize(
+    ("column", "scale"),
+    [("y", 1e200), ("y", 1e-100)],
+    ids=["target-times-1e200", "target-times-1e-100"],
+)
+def test_test_file_at_scales_float64_cannot_carry_is_refused(column, scale, no_sampling, tmp_path, capsys):
+    """The test file's target gets the data's scale check: refused before sampling, never scored as inf."""
+    train, test, _ = write_data(tmp_path)
+    frame = pd.read_csv(test)
+    frame[column] *= scale
+    frame.to_csv(test, index=False)
+    argv = ["fit", train, "--x", "c1", "c2", "--y", "y", "--test", test, "--out", "res"]
+    refuse(argv, capsys, tmp_path, f"--test {test}: column {column!r}", "rescale")
+
+
+def test_scores_that_are_not_finite_are_never_written(run, monkeypatch, tmp_path, capsys):
+    """Should a score still come out infinite or NaN, the run stops with one line and writes nothing.
+
+    The fit is the module's (read back, not sampled again); the scores are made infinite.
+    """
+    import bayes_rbfn.infer.scores
+
+    fitted = arviz_compat.read_netcdf(run[0] / "inference.nc")
+    monkeypatch.setattr(bayes_rbfn.infer.fitting, "fit", lambda *args, **kwargs: fitted)
+    real_score = bayes_rbfn.infer.scores.score
+
+    def overflowing(*args, **kwargs):
+        return {**real_score(*args, **kwargs), "rmse": np.inf, "lpd": -np.inf}
+
+    monkeypatch.setattr(bayes_rbfn.infer.scores, "score", overflowing)
+    monkeypatch.chdir(tmp_path)
+    train, test, _ = write_data(tmp_path)
+    argv = ["fit", train, "--x", "c1", "c2", "--y", "y", "--test", test, *TINY, "--out", "res"]
+    refuse(argv, capsys, tmp_path, f"--test {test}: the scores rmse, lpd are not finite", "no results")
+    assert not (tmp_path / "res").exists()
+
+
+@pytest.mark.parametrize("value", [np.inf, -np.inf, np.nan], ids=["inf", "minus-inf", "nan"])
+def test_the_guard_names_each_score_that_is_not_finite(value):
+    """The check before test_scores.csv and backtest.csv are written: finite scores (or none) pass."""
+    from bayes_rbfn.cli.common import UserError
+    from bayes_rbfn.cli.fit import check_finite_scores
+
+    with pytest.raises(UserError, match=r"^--holdout: the backtest's scores crps, lpd are not finite"):
+        check_finite_scores({"n": 5.0, "crps": value, "lpd": value, "rmse": 1.0}, "--holdout: the backtest's")
+    check_finite_scores({"n": 5.0, "crps": 0.5, "lpd": -1e300}, "--holdout: the backtest's")
+    check_finite_scores(None, "--test test.csv: the")
+
+
 def test_test_file_of_a_packaged_data_set_needs_its_columns(no_sampling, tmp_path, capsys):
     """With --dataset the test file needs the data set's own column names (snelson: x and y)."""
     _, test, _ = write_data(tmp_path)

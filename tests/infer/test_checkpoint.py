@@ -155,6 +155,23 @@ def merge_13_into_14(folder, record):
     record["files"]["chunk-0000014.npz"] = digest(folder / "chunk-0000014.npz")
 
 
+def edit_chunk(name: str, change):
+    """The chunk file ``name`` rewritten with ``change(arrays)`` and listed with its new SHA-256."""
+
+    def edit(folder, record):
+        with np.load(folder / name) as chunk:
+            arrays = change({key: chunk[key] for key in chunk.files})
+        np.savez(folder / name, **arrays)
+        record["files"][name] = digest(folder / name)
+
+    return edit
+
+
+def two_chains(arrays):
+    """Every array with its chain repeated: the draws of two chains in a run of one."""
+    return {key: np.concatenate([a, a], axis=0) for key, a in arrays.items()}
+
+
 def rename_chunk(old: str, new: str):
     def change(folder, record):
         (folder / old).rename(folder / new)
@@ -186,6 +203,33 @@ def rename_chunk(old: str, new: str):
             list_copy("state-0000015.npz", "state-0000014.npz"), "listed besides", id="second-state"
         ),
         pytest.param(
+            edit_chunk("chunk-0000013.npz", two_chains),
+            "chunk-0000013.npz holds the draws of 2 chains, but the run has 1",
+            id="two-chains-in-one-chunk",
+        ),
+        pytest.param(
+            edit_chunk("chunk-0000011.npz", two_chains),
+            "chunk-0000011.npz holds the draws of 2 chains, but the run has 1",
+            id="two-chains-in-the-first-chunk",
+        ),
+        pytest.param(
+            edit_chunk("chunk-0000012.npz", lambda arrays: dict(list(arrays.items())[1:])),
+            "chunk-0000012.npz holds other arrays, shapes or types than chunk-0000011.npz",
+            id="an-array-left-out",
+        ),
+        pytest.param(
+            edit_chunk(
+                "chunk-0000014.npz", lambda arrays: {k: a.astype(np.float32) for k, a in arrays.items()}
+            ),
+            "chunk-0000014.npz holds other arrays, shapes or types than chunk-0000011.npz",
+            id="another-dtype",
+        ),
+        pytest.param(
+            edit_chunk("chunk-0000015.npz", lambda arrays: {k: a[:, :, None] for k, a in arrays.items()}),
+            "chunk-0000015.npz holds other arrays, shapes or types than chunk-0000011.npz",
+            id="another-shape",
+        ),
+        pytest.param(
             move_done_to(13, unlisted=("chunk-0000014.npz", "chunk-0000015.npz")),
             "that state is after iteration 15",
             id="renamed-consistently-to-13",
@@ -194,8 +238,9 @@ def rename_chunk(old: str, new: str):
 )
 def test_a_manifest_that_does_not_match_its_draws_is_refused(interrupted_fit, tmp_path, change, message):
     """Resuming a real fit's checkpoint whose manifest lists a gap, an overlap, an extra chunk or another
-    iteration than its sampler state holds is refused as corrupt — never a run with more, fewer or other
-    draws — and the folder is left as it was."""
+    iteration than its sampler state holds, or a chunk (with its hash) of another number of chains or
+    other arrays than the others, is refused as corrupt — never a run with more, fewer or other draws,
+    nor a failure to join them — and the folder is left as it was."""
     folder = tmp_path / "ckpt"
     shutil.copytree(interrupted_fit, folder)
     record = json.loads((folder / CHECKPOINT_FILE).read_text())

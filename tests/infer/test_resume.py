@@ -544,8 +544,9 @@ def one_error_line(err: str) -> str:
 
 
 def test_an_edited_manifest_is_refused_by_resume(tmp_path, capsys, monkeypatch):
-    """`--resume` of a checkpoint whose manifest leaves out a chunk, or names a state of another iteration
-    than the one inside it, exits 2 with one line and changes nothing (the cases: test_checkpoint.py)."""
+    """`--resume` of a checkpoint whose manifest leaves out a chunk, names a state of another iteration
+    than the one inside it, or lists (with its hash) a chunk edited to hold two chains, exits 2 with one
+    line and changes nothing (the cases: test_checkpoint.py)."""
     csv, out = write_data(tmp_path / "data.csv"), tmp_path / "res"
     write_manifest = interrupt_after_checkpoint(monkeypatch, 15)
     assert cli.main(short_argv(csv, out)) == 130
@@ -553,6 +554,14 @@ def test_an_edited_manifest_is_refused_by_resume(tmp_path, capsys, monkeypatch):
     sampler = tmp_path / "res.partial" / "sampler"
     manifest = sampler / checkpoint.CHECKPOINT_FILE
     intact = manifest.read_text()
+    chunk = sampler / "chunk-0000013.npz"
+    intact_chunk = chunk.read_bytes()
+
+    def chunk_of_two_chains(record):  # its hash recomputed: only its shape tells
+        with np.load(chunk) as arrays:
+            doubled = {key: np.concatenate([arrays[key]] * 2) for key in arrays.files}
+        np.savez(chunk, **doubled)
+        record["files"][chunk.name] = hashlib.sha256(chunk.read_bytes()).hexdigest()
 
     def one_chunk_unlisted(record):
         record["files"].pop("chunk-0000013.npz")
@@ -565,10 +574,12 @@ def test_an_edited_manifest_is_refused_by_resume(tmp_path, capsys, monkeypatch):
 
     capsys.readouterr()
     for change, message in [
+        (chunk_of_two_chains, "chunk-0000013.npz holds the draws of 2 chains, but the run has 1"),
         (one_chunk_unlisted, "no draws are listed for iteration 13"),
-        (renamed_to_13, "that state is after iteration 15"),
+        (renamed_to_13, "that state is after iteration 15"),  # last: it renames the state file
     ]:
         record = json.loads(intact)
+        chunk.write_bytes(intact_chunk)
         change(record)
         manifest.write_text(json.dumps(record))
         before = snapshot(tmp_path)

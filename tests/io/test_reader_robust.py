@@ -50,6 +50,21 @@ def test_header_wider_than_64_kib(tmp_path):
     assert_xy(read_xy_csv(path, ["x"], "y"))
 
 
+@pytest.mark.parametrize("sep", [",", ";", "\t", "|"], ids=["comma", "semicolon", "tab", "pipe"])
+def test_header_longer_than_the_csv_modules_field_limit(tmp_path, sep):
+    """A header of 12,000 columns (156 KB): longer than the 131,072 characters the csv module takes as one
+    field, as it is when split at a delimiter the file does not use. Read, and the limit left as it was."""
+    filler = [f"column_{i:05d}" for i in range(12_000)]
+    header = sep.join([*filler[:6_000], "x", *filler[6_000:], "y"])
+    assert len(header) > csv.field_size_limit()
+    body = [sep.join(["7"] * 6_000 + [r.split(",")[0]] + ["7"] * 6_000 + [r.split(",")[1]]) for r in rows()]
+    path = tmp_path / "wide.csv"
+    path.write_text("\n".join([header, *body]) + "\n", encoding="utf-8")
+    limit = csv.field_size_limit()
+    assert_xy(read_xy_csv(path, ["x"], "y"))
+    assert csv.field_size_limit() == limit
+
+
 @pytest.mark.parametrize("encoding", ["latin-1", "utf-8"])
 def test_non_ascii_group_label_after_byte_70000(tmp_path, encoding):
     lines = ["x,site,y"] + [f"{i},plain,{i % 7}" for i in range(9000)] + ["9000,café,3", "9001,café,4"]
