@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import shlex
 import sys
 import warnings
@@ -37,6 +38,7 @@ __all__ = [
     "UsageError",
     "UserError",
     "build_parser",
+    "check_finite_scores",
     "command",
     "command_line",
     "configure_jax",
@@ -284,6 +286,24 @@ def build_parser() -> argparse.ArgumentParser:
         )
         cmd.arguments(sub)
     return parser
+
+
+def check_finite_scores(scores: dict | None, what: str) -> None:
+    """Refuse to write scores of which one is infinite or NaN (float64 could not carry the values scored).
+
+    Args:
+        scores: the scores by name (:func:`bayes_rbfn.infer.scores.score`), or None (nothing to check).
+        what: the message's start, up to the word "scores" (``"--test TEST.csv: the"``).
+
+    Raises:
+        UserError: naming the scores that are not finite.
+    """
+    bad = [name for name, value in (scores or {}).items() if not math.isfinite(float(value))]
+    if bad:
+        raise UserError(
+            f"{what} scores {', '.join(bad)} are not finite (the values scored lie too far from the "
+            "predictive for float64); no results were written; rescale the data and the values scored"
+        )
 
 
 def summary_table(summary: Any, limit: int = 20) -> tuple[str, int]:

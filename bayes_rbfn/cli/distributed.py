@@ -31,7 +31,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from bayes_rbfn.cli.common import PROG, Console, UserError, configure_jax, duration, quiet_libraries
+from bayes_rbfn.cli.common import (
+    PROG,
+    Console,
+    UserError,
+    check_finite_scores,
+    configure_jax,
+    duration,
+    quiet_libraries,
+)
 from bayes_rbfn.cli.options import DEFAULT_TARGET_ACCEPT
 
 __all__ = [
@@ -543,6 +551,7 @@ def _write(args, idata, names, test, console: Console, processes: int, seconds: 
         from bayes_rbfn.infer.scores import score
 
         scores = score(idata, test.X, test.y)
+        check_finite_scores(scores, f"--test {args.test}: the")
         lines += ["", "Test data: " + ", ".join(f"{k} {v:.4g}" for k, v in scores.items())]
     report = "\n".join(lines) + "\n"
     with atomic_output_dir(args.out, args.overwrite) as folder:

@@ -29,6 +29,7 @@ from bayes_rbfn.cli.common import (
     PROG,
     Console,
     UserError,
+    check_finite_scores,
     command,
     command_line,
     configure_jax,
@@ -88,7 +89,7 @@ from bayes_rbfn.workflows.planning import (
 if TYPE_CHECKING:
     from bayes_rbfn.infer.sampler import SamplerSettings
 
-__all__ = ["FitPlan", "FitResults", "check_finite_scores"]
+__all__ = ["FitPlan", "FitResults"]
 
 #: Groups drawn in the predictive plot of grouped data.
 MAX_GROUP_PANELS = 6
@@ -454,24 +455,6 @@ def _load_test(args: argparse.Namespace, data: Dataset, likelihood: Any, notes: 
     if args.x_pred_extend != DEFAULT_EXTEND:
         notes.append("--x-pred-extend is ignored: the predictions are at the test inputs.")
     return test
-
-
-def check_finite_scores(scores: dict | None, what: str) -> None:
-    """Refuse to write scores of which one is infinite or NaN (float64 could not carry the values scored).
-
-    Args:
-        scores: the scores by name (:func:`bayes_rbfn.infer.scores.score`), or None (nothing to check).
-        what: the message's start, up to the word "scores" (``"--test TEST.csv: the"``).
-
-    Raises:
-        UserError: naming the scores that are not finite.
-    """
-    bad = [name for name, value in (scores or {}).items() if not np.isfinite(value)]
-    if bad:
-        raise UserError(
-            f"{what} scores {', '.join(bad)} are not finite (the values scored lie too far from the "
-            "predictive for float64); no results were written; rescale the data and the values scored"
-        )
 
 
 @command(

@@ -219,8 +219,7 @@ def test_scores_that_are_not_finite_are_never_written(run, monkeypatch, tmp_path
 @pytest.mark.parametrize("value", [np.inf, -np.inf, np.nan], ids=["inf", "minus-inf", "nan"])
 def test_the_guard_names_each_score_that_is_not_finite(value):
     """The check before test_scores.csv and backtest.csv are written: finite scores (or none) pass."""
-    from bayes_rbfn.cli.common import UserError
-    from bayes_rbfn.cli.fit import check_finite_scores
+    from bayes_rbfn.cli.common import UserError, check_finite_scores
 
     with pytest.raises(UserError, match=r"^--holdout: the backtest's scores crps, lpd are not finite"):
         check_finite_scores({"n": 5.0, "crps": value, "lpd": value, "rmse": 1.0}, "--holdout: the backtest's")
