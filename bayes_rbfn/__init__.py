@@ -13,10 +13,45 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+
+def _end_the_program_on_signals() -> None:
+    """In ``python -m bayes_rbfn`` and the ``bayes-rbfn`` script: SIGINT and SIGTERM end it with one line.
+
+    The imports below take seconds; a signal then would otherwise print a traceback from them. Nothing is
+    written before :func:`bayes_rbfn.cli.main` runs, which installs its own handlers. While ``-m`` imports
+    the package, ``sys.argv[0]`` is ``"-m"``; the script's name is ``bayes-rbfn``. Any other program that
+    imports the package keeps its handlers.
+    """
+    import os
+    import signal
+    import sys
+
+    first = sys.argv[0] if sys.argv else ""
+    words = list(getattr(sys, "orig_argv", []))
+    module = words[words.index("-m") + 1] if "-m" in words[:-1] else ""
+    as_module = first == "-m" and (module == __name__ or f"-m{__name__}" in words)
+    as_script = os.path.splitext(os.path.basename(first))[0] in ("bayes-rbfn", "bayes-rbfn-script")
+    if not (as_module or as_script):
+        return
+
+    def end(signum: int, frame: Any) -> None:
+        word = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
+        os.write(2, f"bayes-rbfn: error: {word}; nothing was written\n".encode())
+        os._exit(128 + signum)
+
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, end)
+    except ValueError:  # not the main thread: leave the signals alone
+        pass
+
+
+_end_the_program_on_signals()
+
 # numpyro whole, before any module of the package imports ``numpyro.distributions`` or arviz: arviz 1.x
 # (arviz-base) puts a lazily loaded ``numpyro`` into ``sys.modules`` when a program imports arviz first, and
 # ``import numpyro.distributions`` would then meet a half-initialised package (bayes_rbfn.io.arviz_compat).
-import numpyro  # noqa: F401
+import numpyro  # noqa: E402, F401  (after the handlers above)
 
 __version__ = "0.1.0"
 __all__ = [
