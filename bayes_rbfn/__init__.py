@@ -21,6 +21,10 @@ def _end_the_program_on_signals() -> None:
     written before :func:`bayes_rbfn.cli.main` runs, which installs its own handlers. While ``-m`` imports
     the package, ``sys.argv[0]`` is ``"-m"``; the script's name is ``bayes-rbfn``. Any other program that
     imports the package keeps its handlers.
+
+    The program also silences XLA's C++ log lines (``TF_CPP_MIN_LOG_LEVEL``, unless set): one per
+    persistent-cache hit would bury the progress and the report, and the level is read when jaxlib loads,
+    which the import of numpyro below does.
     """
     import os
     import signal
@@ -33,6 +37,7 @@ def _end_the_program_on_signals() -> None:
     as_script = os.path.splitext(os.path.basename(first))[0] in ("bayes-rbfn", "bayes-rbfn-script")
     if not (as_module or as_script):
         return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
     def end(signum: int, frame: Any) -> None:
         word = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"

@@ -28,7 +28,8 @@ count) before JAX starts.
 import os
 
 # XLA's C++ log lines (one per persistent-cache hit) would bury the progress and the report. The level
-# is read when jaxlib loads, so it is set here, before anything of this package imports JAX.
+# is read when jaxlib loads: the program sets it first thing (bayes_rbfn/__init__.py); this covers a
+# caller that imported jaxlib-free parts of the package before the command line.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from bayes_rbfn.cli.common import COMMANDS, build_parser
