@@ -456,18 +456,13 @@ def _prepare(
         (this process's part, the prediction inputs — the test file's, or this part's grid, which only
         checks ``--x-pred-extend`` —, the test data or None, notes for the report).
     """
-    from bayes_rbfn.cli.options import load_data
+    from bayes_rbfn.cli.options import load_checked_data
     from bayes_rbfn.io.output import prepare_output_dir
     from bayes_rbfn.models.likelihoods import get_likelihood
-    from bayes_rbfn.workflows import planning
 
     part = argparse.Namespace(**vars(args))
     part.data = args.data.replace("{process}", str(rank))
-    data, source = load_data(part)
-    try:
-        planning.check_data_scales(data)
-    except ValueError as err:
-        raise UserError(f"{source}: {err}") from None
+    data, _ = load_checked_data(part)
     notes = [data.notes] if data.notes else []
     test = checks.load_test(part, data, get_likelihood("gaussian"), notes)
     if test is not None:

@@ -46,7 +46,7 @@ from bayes_rbfn.cli.options import (
     iterations,
     kernel_arguments,
     likelihood_names,
-    load_data,
+    load_checked_data,
     mean_option,
     model_names,
     one_of,
@@ -324,11 +324,7 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
     del console
     if args.years is not None:
         raise UserError("--years: only --dataset birthdays takes it")
-    data, source = load_data(args)
-    try:
-        planning.check_data_scales(data)
-    except ValueError as err:
-        raise UserError(f"{source}: {err}") from None
+    data, source = load_checked_data(args)
     notes = [data.notes] if data.notes else []
     likelihood, spec, mean, data = _model_for(args, data, notes)
     model, packaged = spec.name, data.name if args.data is None else ""

@@ -50,6 +50,7 @@ __all__ = [
     "kernel_arguments",
     "kernel_names",
     "likelihood_names",
+    "load_checked_data",
     "load_data",
     "mean_option",
     "model_names",
@@ -379,6 +380,21 @@ def load_data(args: argparse.Namespace, default_dataset: str = DEFAULT_DATASET) 
     except ValueError as err:
         raise UserError(str(err)) from err
     return keep_groups(data, max_groups), f"packaged data set {name!r}"
+
+
+def load_checked_data(args: argparse.Namespace) -> tuple[Dataset, str]:
+    """:func:`load_data`, refusing columns whose scale float64 cannot carry (a UserError naming the source).
+
+    The check is :func:`bayes_rbfn.workflows.planning.check_data_scales`.
+    """
+    from bayes_rbfn.workflows.planning import check_data_scales
+
+    data, source = load_data(args)
+    try:
+        check_data_scales(data)
+    except ValueError as err:
+        raise UserError(f"{source}: {err}") from None
+    return data, source
 
 
 def slug(name: str) -> str:
