@@ -29,8 +29,6 @@ MAX_REPS = 100_000
 MAX_POINTS = 1_000_000
 #: The most groups of --groups.
 MAX_GROUPS = 10_000
-#: Copies of the estimated arrays that may be alive at once (as fit's estimate of its result).
-_PEAK_COPIES = 3
 
 
 def _sbc_arguments(parser: argparse.ArgumentParser) -> None:
@@ -175,7 +173,7 @@ def _check_memory(args: argparse.Namespace) -> None:
     Raises:
         UserError: the estimate exceeds the memory available; the message names the options to lower.
     """
-    from bayes_rbfn.infer.failures import format_bytes
+    from bayes_rbfn.infer.failures import PEAK_COPIES, format_bytes
     from bayes_rbfn.infer.sampler import one_device_method
     from bayes_rbfn.runtime import available_memory
 
@@ -189,9 +187,9 @@ def _check_memory(args: argparse.Namespace) -> None:
         args.reps * (3 * points + values) + at_once * ((args.warmup + args.draws) * values + workspace)
     )
     available = available_memory()
-    if available is not None and _PEAK_COPIES * need > available:
+    if available is not None and PEAK_COPIES * need > available:
         raise UserError(
-            f"--reps, --n, --warmup, --draws: this run would need about {format_bytes(_PEAK_COPIES * need)} "
+            f"--reps, --n, --warmup, --draws: this run would need about {format_bytes(PEAK_COPIES * need)} "
             f"of memory, and {format_bytes(available)} is available; use fewer replications (--reps), "
             "iterations (--warmup, --draws) or data points (--n)"
         )

@@ -24,6 +24,7 @@ from bayes_rbfn.io.arviz_compat import groups
 
 __all__ = [
     "NO_VALID_START",
+    "PEAK_COPIES",
     "DegenerateModelError",
     "NonFiniteResultError",
     "check_finite",
@@ -35,7 +36,7 @@ __all__ = [
 ]
 
 #: Copies of the result alive at once at the peak (device arrays, NumPy, the InferenceData, the writer).
-_PEAK_COPIES = 3
+PEAK_COPIES = 3
 
 #: The start of NumPyro's message when no initial point has a finite log density.
 NO_VALID_START = "Cannot find valid initial parameters"
@@ -199,11 +200,11 @@ def format_bytes(size: float) -> str:
 
 
 def check_result_size(need: int, available: int | None, *, what: str = "memory", where: str = "") -> None:
-    """Raise ValueError naming ``draws`` when ``_PEAK_COPIES × need`` bytes exceed ``available``.
+    """Raise ValueError naming ``draws`` when ``PEAK_COPIES × need`` bytes exceed ``available``.
 
     ``available`` None: unknown, accepted. ``what``/``where`` word the message ("disk space", "in /data").
     """
-    peak = need * (_PEAK_COPIES if what == "memory" else 1)
+    peak = need * (PEAK_COPIES if what == "memory" else 1)
     if available is not None and peak > available:
         raise ValueError(
             f"draws: the draws and their per-draw outputs would need about {format_bytes(peak)} of {what}"
