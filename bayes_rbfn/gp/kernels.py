@@ -127,13 +127,17 @@ def _sqdist(X1: jax.Array, X2: jax.Array, inv_lengthscale: jax.Array) -> jax.Arr
     return jnp.sum(diff * diff, axis=0)
 
 
-@_sqdist.defjvp
 def _sqdist_jvp(primals: tuple, tangents: tuple) -> tuple[jax.Array, jax.Array]:
-    """Tangent of r²_ij = Σ_d c_d² (x_id − x'_jd)² (c = 1/ℓ) in matrix products.
+    """Tangent of r²_ij = Σ_d c_d² (x_id − x'_jd)² (c = 1/ℓ).
 
-    dr²_ij = 2 Σ_d c_d² (x_id − x'_jd)(dx_id − dx'_jd) + 2 Σ_d c_d dc_d (x_id − x'_jd)², expanded into
-    row and column sums and three (N1, D)·(D, N2) products. Reverse mode transposes these products, so a
-    gradient costs a few products instead of passes over an (N1, N2, D) array; the value itself keeps its
+    dr²_ij = 2 Σ_d c_d² (x_id − x'_jd)(dx_id − dx'_jd) + 2 Σ_d c_d dc_d (x_id − x'_jd)².
+
+    With the inputs fixed (symbolic zero tangents: a sampler moves only the hyperparameters) the tangent
+    is the second sum alone, taken from the same scaled differences as the value: Σ_d (2 dc_d / c_d)
+    (c_d (x_id − x'_jd))², one more fused pass over them, exact at coincident points, and in one input r² ·
+    2 dc / c. When the inputs move too (inducing inputs optimised), the tangent is expanded into row and
+    column sums and three (N1, D)·(D, N2) products. Reverse mode transposes these products, so a gradient
+    costs a few products instead of passes over an (N1, N2, D) array; the value itself keeps its
     differences (:func:`scaled_sqdist`). The expansion's rounding is relative to the derivative's terms,
     not to r², so it leaves the zero derivative at coincident points to the kernels' :func:`safe_sqrt`.
     The terms are those of the inputs taken about a common point (:func:`common_origin`), which leaves
@@ -142,6 +146,16 @@ def _sqdist_jvp(primals: tuple, tangents: tuple) -> tuple[jax.Array, jax.Array]:
     """
     X1_raw, X2_raw, c = primals
     dX1, dX2, dc = tangents
+    r2 = _sqdist(X1_raw, X2_raw, c)
+    inputs_fixed = _is_zero(dX1) and _is_zero(dX2)
+    if inputs_fixed and _is_zero(dc):
+        return r2, jnp.zeros_like(r2)
+    if inputs_fixed:
+        if c.shape[0] == 1:
+            return r2, r2 * (2.0 * dc[0] / c[0])
+        diff = (X1_raw.T[:, :, None] - X2_raw.T[:, None, :]) * c[:, None, None]
+        return r2, jnp.sum(diff * diff * (2.0 * dc / c)[:, None, None], axis=0)
+    dX1, dX2, dc = (_instantiated(t) for t in tangents)
     origin = common_origin(X2_raw)
     X1, X2 = X1_raw - origin, X2_raw - origin
     # Full precision, the package's policy for every product (a GPU would round float32 inputs to TF32).
@@ -152,7 +166,20 @@ def _sqdist_jvp(primals: tuple, tangents: tuple) -> tuple[jax.Array, jax.Array]:
     rows = jnp.sum(A1 * dX1, axis=1) + dot(X1 * X1, cdc)
     cols = jnp.sum(A2 * dX2, axis=1) + dot(X2 * X2, cdc)
     cross = dot(A1, dX2.T) + dot(dX1, A2.T) + 2.0 * dot(X1 * cdc, X2.T)
-    return _sqdist(X1_raw, X2_raw, c), 2.0 * (rows[:, None] + cols[None, :] - cross)
+    return r2, 2.0 * (rows[:, None] + cols[None, :] - cross)
+
+
+_sqdist.defjvp(_sqdist_jvp, symbolic_zeros=True)
+
+
+def _is_zero(tangent: Any) -> bool:
+    """Whether a custom JVP rule's tangent is a symbolic zero (that argument is not differentiated)."""
+    return isinstance(tangent, jax.custom_derivatives.SymbolicZero)
+
+
+def _instantiated(tangent: Any) -> jax.Array:
+    """A custom JVP rule's tangent as an array: zeros for a symbolic zero."""
+    return jnp.zeros(tangent.shape, tangent.dtype) if _is_zero(tangent) else tangent
 
 
 def common_origin(X: jax.Array) -> jax.Array:

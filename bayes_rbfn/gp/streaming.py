@@ -11,7 +11,8 @@ data (:func:`data_mesh`, :func:`shard_data`), and the casts of the ``precision``
 
 * **Streamed.** The data are cut into chunks of C points (C·M·8 bytes ≈ 1 MiB, cache-sized); K_uc (M×C)
   is formed, used and dropped chunk by chunk inside a ``lax.scan``, so memory is O(MC + M²) whatever N,
-  nothing of size N×M is ever materialised, and the cost is linear in N down to small N.
+  nothing of size N×M is materialised beyond two chunks' worth (data that small have K_uf formed once:
+  :func:`~bayes_rbfn.gp.woodbury_sums.forms_cross`), and the cost is linear in N down to small N.
 * **Summed in a fixed order.** The chunks form blocks of equal length (the data padded with weight-zero
   points): as many blocks as whole chunks fit in N, rounded down to a power of two, at most
   :data:`SUM_BLOCKS` (:func:`block_count`). Each block is summed chunk by chunk and the block sums are

@@ -91,6 +91,7 @@ from bayes_rbfn.gp import linalg, streaming
 from bayes_rbfn.gp.kernels import Kernel
 
 __all__ = [
+    "forms_cross",
     "point_weights",
     "sor_factor",
     "whitening_matrix",
@@ -319,6 +320,35 @@ def point_weights(d: Any, y: jax.Array, mask: jax.Array | None, dtype: Any) -> t
     return jnp.where(mask, 1.0 / d, 0.0), jnp.sum(jnp.where(mask, jnp.log(d), 0.0))
 
 
+def forms_cross(
+    M: int,
+    N: int,
+    dtype: Any,
+    *,
+    chunk_size: int | None = None,
+    mesh: Mesh | None = None,
+    precision: str = "float64",
+) -> bool:
+    """Whether :func:`woodbury_factor` forms K_uf (M, N) once rather than streaming the kernel.
+
+    For data that fit in at most two default chunks (:func:`~bayes_rbfn.gp.streaming.chunk_size_for`) on one
+    device at full precision, with no chunk length asked for: K_uf is then no larger than two of the
+    streamed pass's blocks, and evaluating the kernel once, where the streamed pass evaluates it in both
+    sweeps and again in the reverse pass, is the cheaper evaluation.
+
+    Args:
+        M: inducing inputs.
+        N: data points.
+        dtype: the computation's dtype.
+        chunk_size: the chunk length asked for (None: the default).
+        mesh: the device mesh of a sharded pass (None: one device).
+        precision: the pass's precision setting.
+    """
+    if chunk_size is not None or mesh is not None or precision != "float64":
+        return False
+    return N <= 2 * streaming.chunk_size_for(M, dtype)
+
+
 def _data_sums(
     kernel, Z, X, y, d, Luu, mask, fast, chunk_size, mesh, residuals, precision="float64", Kuf=None
 ):
@@ -410,16 +440,23 @@ def woodbury_factor(
     posterior α | y ~ N(Σ K_uf D⁻¹ y, Σ), Σ = (K_uf D⁻¹ K_fu + K_uu)⁻¹
     (docs/mathematics.md#function-space-and-weight-space-agree), since
     K_uu + K_uf D⁻¹ K_fu = L_uu L_B L_Bᵀ L_uuᵀ. The data sums come from one streamed pass
-    (:func:`woodbury_stats`, arguments as there); K_uf is never formed. With ``mask`` the 2π term counts
+    (:func:`woodbury_stats`, arguments as there); K_uf is formed only for small data (below). With ``mask`` the 2π term counts
     only the real points.
 
     The quadratic form yᵀC⁻¹y is taken from the residuals r = y − K_fu m of the weight mean m, as
     rᵀD⁻¹r + ‖L_uuᵀ m‖² (:meth:`~bayes_rbfn.gp.linalg.Woodbury.with_residuals`), not as the difference
     yᵀD⁻¹y − ‖c‖², which cancels when the noise is small. The residuals need m, and m needs every sum, so
     they take a second sweep over the data (one kernel evaluation and two matrix-vector products per
-    chunk); the reverse pass stays one sweep.
+    chunk); the reverse pass stays one sweep. Data that fit in two default chunks (:func:`forms_cross`)
+    form K_uf once instead, and both sweeps and the reverse pass read it: one kernel evaluation and one
+    pullback through the kernel per value and gradient, instead of three evaluations and one pullback.
     """
-    stats, residual_sq = _data_sums(kernel, Z, X, y, d, Luu, mask, fast, chunk_size, mesh, True, precision)
+    Kuf = None
+    if forms_cross(Z.shape[0], X.shape[0], Luu.dtype, chunk_size=chunk_size, mesh=mesh, precision=precision):
+        Kuf = kernel.inducing_cross(Z, X)
+    stats, residual_sq = _data_sums(
+        kernel, Z, X, y, d, Luu, mask, fast, chunk_size, mesh, True, precision, Kuf
+    )
     n = X.shape[0] if mask is None else jnp.sum(mask)
     return linalg.woodbury(Luu, stats, n=n).with_residuals(residual_sq)
 
