@@ -440,8 +440,8 @@ def woodbury_factor(
     posterior α | y ~ N(Σ K_uf D⁻¹ y, Σ), Σ = (K_uf D⁻¹ K_fu + K_uu)⁻¹
     (docs/mathematics.md#function-space-and-weight-space-agree), since
     K_uu + K_uf D⁻¹ K_fu = L_uu L_B L_Bᵀ L_uuᵀ. The data sums come from one streamed pass
-    (:func:`woodbury_stats`, arguments as there); K_uf is formed only for small data (below). With ``mask`` the 2π term counts
-    only the real points.
+    (:func:`woodbury_stats`, arguments as there); K_uf is formed only for small data (below). With
+    ``mask`` the 2π term counts only the real points.
 
     The quadratic form yᵀC⁻¹y is taken from the residuals r = y − K_fu m of the weight mean m, as
     rᵀD⁻¹r + ‖L_uuᵀ m‖² (:meth:`~bayes_rbfn.gp.linalg.Woodbury.with_residuals`), not as the difference
