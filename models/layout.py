@@ -17,7 +17,15 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["FLAT", "Layout", "flat_layout", "is_hyperparameter", "no_layout", "site_dims"]
+__all__ = [
+    "FLAT",
+    "Layout",
+    "flat_layout",
+    "is_hyperparameter",
+    "is_hyperparameter_site",
+    "no_layout",
+    "site_dims",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -149,6 +157,15 @@ def site_dims(name: str, shape: tuple[int, ...], sizes: Mapping[str, int]) -> li
     if shape[-1] == sizes["input_dim"] and name.startswith(_PER_INPUT_PREFIXES):
         return ["input_dim"]
     return None
+
+
+def is_hyperparameter_site(name: str) -> bool:
+    """Whether a sample site is a hyperparameter by its name alone: not a weight nor a raw variable.
+
+    The names of the collection's models and layers: weights end in ``_v`` or ``_alpha``, the raw
+    variables of a non-centred parameterisation in ``_raw`` or ``_z``.
+    """
+    return not name.endswith(_PER_INDUCING_SUFFIXES + _RAW_SUFFIXES)
 
 
 def is_hyperparameter(name: str, dims: tuple[str, ...]) -> bool:

@@ -69,6 +69,7 @@ from bayes_rbfn.defaults import (
     ACCELERATOR_INDUCING_WORK,
     ACCELERATOR_MAX_NUM_INDUCING,
     DEFAULT_NUM_INDUCING,
+    DENSE_MASS_MAX_HYPERPARAMETERS,
     DENSE_MASS_MAX_PARAMS,
     EXACT_MAX_POINTS,
     INDUCING_WORK,
@@ -580,7 +581,10 @@ def _inputs(args: argparse.Namespace) -> list[str]:
 
 def _mass_matrix(dense_mass: bool | None) -> str:
     if dense_mass is None:
-        return f"dense mass matrix up to {DENSE_MASS_MAX_PARAMS} sampled values, else diagonal"
+        return (
+            f"dense mass matrix up to {DENSE_MASS_MAX_PARAMS} sampled values "
+            f"({DENSE_MASS_MAX_HYPERPARAMETERS} hyperparameters alone), else diagonal"
+        )
     return "dense mass matrix" if dense_mass else "diagonal mass matrix"
 
 

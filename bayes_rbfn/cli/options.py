@@ -16,7 +16,13 @@ from typing import Any
 import numpy as np
 
 from bayes_rbfn.cli.common import PROG, Console, UserError
-from bayes_rbfn.defaults import DENSE_MASS_MAX_PARAMS, INITS, MAP_START_MIN_POINTS, MAX_TREE_DEPTH
+from bayes_rbfn.defaults import (
+    DENSE_MASS_MAX_HYPERPARAMETERS,
+    DENSE_MASS_MAX_PARAMS,
+    INITS,
+    MAP_START_MIN_POINTS,
+    MAX_TREE_DEPTH,
+)
 from bayes_rbfn.io.datasets import Dataset, list_datasets, load_dataset
 from bayes_rbfn.io.reader import read_xy_csv
 from bayes_rbfn.workflows.planning import (
@@ -307,7 +313,8 @@ def sampler_arguments(parser: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="adapt a dense mass matrix (default: dense when the model samples at most "
-        f"{DENSE_MASS_MAX_PARAMS} values, as fit(dense_mass=None); else diagonal)",
+        f"{DENSE_MASS_MAX_PARAMS} values, or at most {DENSE_MASS_MAX_HYPERPARAMETERS} that are all "
+        "hyperparameters, as fit(dense_mass=None); else diagonal)",
     )
     sampler.add_argument(
         "--init",

@@ -37,7 +37,13 @@ import numpy as np
 import scipy.optimize
 from numpyro.infer import NUTS, init_to_median, init_to_value
 
-from bayes_rbfn.defaults import DENSE_MASS_MAX_PARAMS, INITS, MAP_START_MIN_POINTS, MAX_TREE_DEPTH
+from bayes_rbfn.defaults import (
+    DENSE_MASS_MAX_HYPERPARAMETERS,
+    DENSE_MASS_MAX_PARAMS,
+    INITS,
+    MAP_START_MIN_POINTS,
+    MAX_TREE_DEPTH,
+)
 from bayes_rbfn.gp.validation import check_positive_int
 from bayes_rbfn.infer.checkpoint import DEFAULT_CHUNK_SIZE, Checkpoint, CheckpointError
 from bayes_rbfn.infer.programs import by_program
@@ -61,6 +67,7 @@ __all__ = [
     "run_chains",
     "sample_stats",
     "sampled_size",
+    "sampled_sizes",
     "window_estimates_full_rank",
 ]
 
@@ -372,8 +379,8 @@ def window_estimates_full_rank(num_params: int, warmup: int, dense: bool) -> boo
     return smallest is None or smallest > (num_params if dense else 1)
 
 
-def sampled_size(model: Callable, model_args: tuple) -> int:
-    """How many unconstrained values NUTS samples in ``model``: the sizes of its latent sample sites.
+def sampled_sizes(model: Callable, model_args: tuple) -> dict[str, int]:
+    """The unconstrained values NUTS samples in ``model``: {latent sample site: its size}.
 
     From one abstract trace (``jax.eval_shape``: nothing is computed or compiled).
     """
@@ -387,17 +394,30 @@ def sampled_size(model: Callable, model_args: tuple) -> int:
             if site["type"] == "sample" and not site["is_observed"]
         }
 
-    return sum(int(np.prod(value.shape)) for value in jax.eval_shape(latent_values).values())
+    return {name: int(np.prod(value.shape)) for name, value in jax.eval_shape(latent_values).items()}
+
+
+def sampled_size(model: Callable, model_args: tuple) -> int:
+    """How many unconstrained values NUTS samples in ``model``: the sizes of its latent sample sites."""
+    return sum(sampled_sizes(model, model_args).values())
 
 
 def resolve_dense_mass(model: Callable, model_args: tuple, settings: SamplerSettings) -> bool:
     """The settings' ``dense_mass``, or for None whether the model samples few enough values.
 
-    Few enough: at most :data:`~bayes_rbfn.defaults.DENSE_MASS_MAX_PARAMS`.
+    Few enough: at most :data:`~bayes_rbfn.defaults.DENSE_MASS_MAX_PARAMS` values, or at most
+    :data:`~bayes_rbfn.defaults.DENSE_MASS_MAX_HYPERPARAMETERS` when every sampled site is a hyperparameter
+    (no weights, no raw variables: :func:`bayes_rbfn.models.layout.is_hyperparameter_site`).
     """
+    from bayes_rbfn.models.layout import is_hyperparameter_site
+
     if settings.dense_mass is not None:
         return bool(settings.dense_mass)
-    return sampled_size(model, model_args) <= DENSE_MASS_MAX_PARAMS
+    sizes = sampled_sizes(model, model_args)
+    total = sum(sizes.values())
+    if total <= DENSE_MASS_MAX_PARAMS:
+        return True
+    return total <= DENSE_MASS_MAX_HYPERPARAMETERS and all(map(is_hyperparameter_site, sizes))
 
 
 def resolve_init(init: str, num_points: int | None) -> str:

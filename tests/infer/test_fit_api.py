@@ -354,26 +354,38 @@ def test_predict_names_idata_when_given_anything_but_a_fit(not_a_fit):
 
 
 @pytest.mark.parametrize(
-    ("model", "num_inducing", "dense_mass", "size", "dense"),
+    ("model", "options", "dense_mass", "size", "dense"),
     [
-        pytest.param("sor", 8, None, 3, True, id="sor-default-dense"),
-        pytest.param("sor", 8, False, 3, False, id="sor-diagonal-given"),
-        pytest.param("rbfn", 20, None, 23, False, id="rbfn-default-diagonal"),
-        pytest.param("rbfn", 20, True, 23, True, id="rbfn-dense-given"),
+        pytest.param("sor", {}, None, 3, True, id="sor-default-dense"),
+        pytest.param("sor", {}, False, 3, False, id="sor-diagonal-given"),
+        pytest.param("rbfn", {"num_inducing": 20}, None, 23, False, id="rbfn-default-diagonal"),
+        pytest.param("rbfn", {"num_inducing": 20}, True, 23, True, id="rbfn-dense-given"),
+        pytest.param(
+            "dtc", {"kernel": "co2", "mean": "linear"}, None, 12, True, id="co2-hyperparameters-dense"
+        ),
+        pytest.param("dtc", {"kernel": "co2", "mean": "linear"}, False, 12, False, id="co2-diagonal-given"),
     ],
 )
-def test_default_mass_matrix_is_dense_for_few_sampled_values(model, num_inducing, dense_mass, size, dense):
-    """``dense_mass=None`` (the default): dense for ≤ DENSE_MASS_MAX_PARAMS sampled values (sor: ℓ, s², σ),
-    diagonal above (rbfn: 20 weights besides); a given value is kept."""
-    from bayes_rbfn.defaults import DENSE_MASS_MAX_PARAMS
+def test_default_mass_matrix_is_dense_for_few_sampled_values(model, options, dense_mass, size, dense):
+    """``dense_mass=None`` (the default): dense for ≤ DENSE_MASS_MAX_PARAMS sampled values (sor: ℓ, s², σ)
+    and for ≤ DENSE_MASS_MAX_HYPERPARAMETERS that are all hyperparameters (the co2 family's 9, σ and a
+    linear mean's 2), diagonal above (rbfn: 20 weights besides); a given value is kept."""
+    from bayes_rbfn.defaults import DENSE_MASS_MAX_HYPERPARAMETERS, DENSE_MASS_MAX_PARAMS
     from bayes_rbfn.infer.fitting import build_model
     from bayes_rbfn.infer.sampler import nuts_kernel, sampled_size
 
     X = np.linspace(0.0, 5.0, 40)[:, None]
     y = np.sin(X[:, 0])
-    bound = build_model(model, X, y, num_inducing=num_inducing)
+    bound = build_model(
+        model,
+        X,
+        y,
+        num_inducing=options.get("num_inducing", 8),
+        **{k: v for k, v in options.items() if k != "num_inducing"},
+    )
     assert sampled_size(bound.model, bound.args) == size
     assert (size <= DENSE_MASS_MAX_PARAMS) == (model == "sor")
+    assert size <= DENSE_MASS_MAX_HYPERPARAMETERS  # rbfn's are few enough, but 20 of them are weights
     kernel = nuts_kernel(bound.model, bound.args, br.SamplerSettings(dense_mass=dense_mass))
     assert kernel._dense_mass is dense
     with pytest.raises(ValueError, match="dense_mass"):
