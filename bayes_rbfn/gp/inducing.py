@@ -114,7 +114,11 @@ def _lloyd(points: np.ndarray, M: int, seed: int, iterations: int) -> np.ndarray
 
 
 def pivoted_cholesky_points(kernel: Kernel, X: np.ndarray, M: int) -> np.ndarray:
-    """Greedy pivoted-Cholesky selection of M distinct rows of X (N, D) under ``kernel``."""
+    """Greedy pivoted-Cholesky selection of M distinct rows of X (N, D) under ``kernel``.
+
+    Each point is the one of largest variance conditional on those chosen before it (the largest diagonal
+    of K_ff − Q_ff); ties go to the first of the distinct rows in sorted order.
+    """
     points = _distinct(X)
     n = points.shape[0]
     residual = np.asarray(kernel.diag(points), dtype=float).copy()

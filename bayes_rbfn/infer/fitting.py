@@ -25,7 +25,6 @@ import numpyro.distributions as dist
 
 from bayes_rbfn.defaults import DEFAULT_NUM_INDUCING, INITS, MAP_SEARCH_POINTS
 from bayes_rbfn.defaults import default_num_inducing as num_inducing_for
-from bayes_rbfn.gp.inducing import select_inducing
 from bayes_rbfn.gp.priors import scales_from
 from bayes_rbfn.gp.streaming import check_precision, to_host
 from bayes_rbfn.gp.validation import (
@@ -179,6 +178,36 @@ def _default_priors(spec, family, likelihood: Likelihood, scales, mean_kind: Any
         slope_scale = jnp.asarray(2.0 * latent.y_sd / latent.input_range)
         priors["mean_slope"] = dist.Normal(jnp.zeros_like(slope_scale), slope_scale).to_event(1)
     return priors
+
+
+def _choose_inducing(
+    method: str, X: Any, y: Any, M: int, spec: ModelSpec, config: ModelConfig, seed: int
+) -> np.ndarray:
+    """Z for ``fit(inducing_method=...)`` (:func:`bayes_rbfn.infer.inducing.inducing_inputs`)."""
+    from bayes_rbfn.infer.inducing import INDUCING_METHODS, LEARNED_METHODS, inducing_inputs
+
+    if method in LEARNED_METHODS:
+        lik = config.likelihood
+        if not lik.marginalisable or spec.grouped or spec.family is not None or config.mesh is not None:
+            raise ValueError(
+                f"inducing_method: {method!r} searches the VFE bound of a Gaussian GP on one device; not "
+                f"for the {spec.name!r} model with the {lik.name!r} likelihood here (use 'kmeans')"
+            )
+    elif method not in INDUCING_METHODS:
+        raise ValueError(f"inducing_method: expected one of {', '.join(INDUCING_METHODS)}, got {method!r}")
+    Z, _ = inducing_inputs(
+        X,
+        y,
+        M,
+        method=method,
+        kernel=config.family,
+        mean=config.mean if isinstance(config.mean, str) else "constant",
+        priors=config.priors,
+        fixed=config.fixed,
+        jitter=config.jitter,
+        seed=seed,
+    )
+    return Z
 
 
 def _resolve_priors(defaults: dict, priors: Mapping[str, Any] | None, fixed: Mapping[str, Any]) -> dict:
@@ -465,7 +494,7 @@ def build_model(
                 if num_inducing is None
                 else num_inducing
             )
-            Z = select_inducing(X_inducing, M, method=inducing_method, seed=seed, kernel=family.fixed_kernel)
+            Z = _choose_inducing(inducing_method, X_inducing, y, M, spec, config, seed)
         if np.ndim(Z) == 3 and spec.grouped:
             Z = jnp.asarray(
                 np.stack([np.asarray(check_Z(z, X, f"Z[{g}]")) for g, z in enumerate(Z)]), X.dtype
@@ -706,6 +735,9 @@ def fit(
         idata = _to_inference_data(
             spec, config, data, layout, samples, stats, X, y, Z, X_pred, log_likelihood=log_likelihood
         )
+        if spec.uses_inducing:
+            chosen = "given" if options.get("Z") is not None else options.get("inducing_method", "kmeans")
+            idata.posterior.attrs["bayes_rbfn_inducing"] = chosen
         if prior_draws:
             _add_prior(idata, problem, prior_draws, settings.seed)
         if posterior_predictive != 0:
