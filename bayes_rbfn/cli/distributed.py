@@ -187,6 +187,8 @@ def _check(args: argparse.Namespace) -> None:
         raise UserError("--likelihood: a run over several processes takes the gaussian likelihood")
     if args.mean not in (None, "constant"):
         raise UserError("--mean: a run over several processes takes the constant mean (the data's mean)")
+    if getattr(args, "inducing", None) not in (None, "kmeans"):
+        raise UserError("--inducing: a run over several processes chooses its inducing inputs by k-means")
     if args.data is None:
         raise UserError("DATA: a run over several processes reads each process's part from a CSV file")
     if args.out is None:

@@ -62,6 +62,8 @@ from bayes_rbfn.cli.resume import (
     interrupted,
     partial_dir,
     resume_args,
+    save_inducing,
+    saved_inducing,
     saved_progress,
     start_partial,
 )
@@ -169,6 +171,15 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
         f"{DEFAULT_NUM_INDUCING} (on a GPU up to {ACCELERATOR_MAX_NUM_INDUCING} with N·M² ≤ "
         f"{ACCELERATOR_INDUCING_WORK:,})",
     )
+    model.add_argument(
+        "--inducing",
+        choices=("kmeans", "greedy", "optimised"),
+        default=None,
+        help="how the inducing inputs are chosen: kmeans (the default), greedy (the hyperparameters at "
+        "their type-II values on the VFE bound, then the points of largest conditional variance) or "
+        "optimised (Z learned jointly with them on the VFE bound, by L-BFGS-B); held fixed while NUTS "
+        "samples; gaussian likelihood, ungrouped models",
+    )
     sampler_arguments(parser)
 
     output = output_arguments(parser)
@@ -251,6 +262,8 @@ class FitPlan:
     #: The test data of ``--test`` (the prediction inputs are its X), or None, and the file's name.
     test: Dataset | None = None
     test_source: str = ""
+    #: How Z was chosen (``--inducing``); "" without inducing inputs.
+    inducing: str = ""
 
 
 def _model_for(args: argparse.Namespace, data: Dataset, notes: list[str]) -> tuple[Any, Any, str, Dataset]:
@@ -297,24 +310,26 @@ def _model_for(args: argparse.Namespace, data: Dataset, notes: list[str]) -> tup
     return likelihood, spec, mean, data
 
 
-def _backtest_split(args: argparse.Namespace, data: Dataset, likelihood: Any) -> tuple[np.ndarray, Any]:
-    """(the inputs fitted, the held-out (x, y) or None) of ``--holdout-after`` / ``--holdout``."""
+def _backtest_split(
+    args: argparse.Namespace, data: Dataset, likelihood: Any
+) -> tuple[np.ndarray, np.ndarray, Any]:
+    """(the inputs and targets fitted, the held-out (x, y) or None) of ``--holdout-after`` / ``--holdout``."""
     from bayes_rbfn.infer.fitting import holdout_split
 
     if args.holdout_after is None and args.holdout is None:
-        return data.X, None
+        return data.X, data.y, None
     flag = "--holdout-after" if args.holdout_after is not None else "--holdout"
     if data.group is not None:
         raise UserError(f"{flag}: a backtest of grouped data is not supported; fit one group's CSV")
     if not likelihood.marginalisable:
         raise UserError(f"{flag}: the backtest scores need the gaussian likelihood")
     try:
-        X_fit, _, X_test, y_test = holdout_split(
+        X_fit, y_fit, X_test, y_test = holdout_split(
             data.X, data.y, holdout_after=args.holdout_after, holdout=args.holdout
         )
     except ValueError as err:
         raise UserError(f"{flag}: " + str(err).split(": ", 1)[1]) from None
-    return X_fit, (X_test, y_test)
+    return X_fit, y_fit, (X_test, y_test)
 
 
 def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
@@ -329,19 +344,37 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
     notes = [data.notes] if data.notes else []
     likelihood, spec, mean, data = _model_for(args, data, notes)
     model, packaged = spec.name, data.name if args.data is None else ""
-    X_fit, held_out = _backtest_split(args, data, likelihood)
+    X_fit, y_fit, held_out = _backtest_split(args, data, likelihood)
     test = _load_test(args, data, likelihood, notes)
+    kernel = args.kernel or planning.DATASET_KERNELS.get(packaged, DEFAULT_KERNEL)
+    inducing = args.inducing or "kmeans"
     Z = None
     if spec.uses_inducing:
+        if inducing != "kmeans" and (not likelihood.marginalisable or spec.grouped):
+            raise UserError(
+                f"--inducing {inducing}: searches the VFE bound of a Gaussian GP; not for the {model!r} "
+                f"model with the {likelihood.name!r} likelihood (use kmeans)"
+            )
         default_M = planning.DATASET_NUM_INDUCING.get(packaged)
         try:  # a backtest chooses Z from the fitted rows
             Z = planning.choose_inducing(
-                X_fit, args.num_inducing, default_M, args.seed, samples_weights=spec.samples_weights
+                X_fit,
+                args.num_inducing,
+                default_M,
+                args.seed,
+                samples_weights=spec.samples_weights,
+                method=inducing,
+                y=y_fit,
+                kernel=kernel,
+                mean=mean if isinstance(mean, str) else "constant",
             )
         except ValueError as err:
             raise option_error(err) from None
-    elif args.num_inducing is not None:
-        notes.append(f"The {model!r} model has no inducing inputs; --num-inducing is ignored.")
+    else:
+        if args.num_inducing is not None:
+            notes.append(f"The {model!r} model has no inducing inputs; --num-inducing is ignored.")
+        if args.inducing is not None:
+            notes.append(f"The {model!r} model has no inducing inputs; --inducing is ignored.")
     if not spec.uses_inducing and data.X.shape[0] > 3000:
         notes.append(
             f"The {model!r} model costs O(N³) per NUTS step; with N = {data.X.shape[0]:,} expect a long run."
@@ -371,8 +404,9 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
         source=source,
         model=model,
         grouped=spec.grouped,
-        kernel=args.kernel or planning.DATASET_KERNELS.get(packaged, DEFAULT_KERNEL),
+        kernel=kernel,
         Z=Z,
+        inducing=inducing if Z is not None else "",
         X_pred=X_pred,
         group_pred=group_pred,
         sampler=SamplerSettings(
@@ -380,7 +414,8 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
             draws=args.draws,
             warmup=args.warmup,
             seed=args.seed,
-            target_accept=args.target_accept or DEFAULT_TARGET_ACCEPT,
+            target_accept=args.target_accept
+            or planning.DATASET_TARGET_ACCEPTS.get(packaged, DEFAULT_TARGET_ACCEPT),
             dense_mass=args.dense_mass,
             max_tree_depth=args.max_tree_depth
             or planning.DATASET_TREE_DEPTHS.get(packaged, planning.DEFAULT_MAX_TREE_DEPTH),
@@ -491,12 +526,17 @@ def _run_fit(args: argparse.Namespace, console: Console) -> int:
         with output_lock(plan.out):
             if resuming:
                 check_resumable(partial, folder, plan.out, args.overwrite)
+                if plan.Z is not None and plan.inducing != "kmeans":
+                    kept = saved_inducing(partial, plan.Z.shape)
+                    plan.Z = plan.Z if kept is None else kept
             for path in remove_leftovers(plan.out, partial_dir(plan.out)):
                 console.say(f"  note: removed {path}, left by a run that was killed")
             if not resuming:
                 partial = partial_dir(plan.out)
                 for note in start_partial(partial, args, plan.out):
                     console.say(f"  note: {note}")
+                if plan.Z is not None and plan.inducing != "kmeans":
+                    save_inducing(partial, plan.Z)
             try:
                 if job is None:
                     _announce(plan, console)
@@ -511,6 +551,8 @@ def _run_fit(args: argparse.Namespace, console: Console) -> int:
                 results = _summarise(plan, idata) if job is None else job.summarise(plan, idata)
                 idata.posterior.attrs["bayes_rbfn_command"] = command_line(args)
                 idata.posterior.attrs["bayes_rbfn_data"] = plan.source
+                if getattr(plan, "inducing", ""):
+                    idata.posterior.attrs["bayes_rbfn_inducing"] = plan.inducing
                 if job is not None:
                     job.write(plan, args, idata, results, console, start, sampling_seconds)
                 else:
@@ -597,7 +639,8 @@ def _announce(plan: FitPlan, console: Console) -> None:
     )
     for note in plan.notes:
         console.say(f"  note: {note}")
-    m = "" if plan.Z is None else f", M = {plan.Z.shape[0]} inducing inputs (k-means)"
+    how = {"kmeans": "k-means", "greedy": "greedy, at the type-II hyperparameters", "optimised": "optimised"}
+    m = "" if plan.Z is None else f", M = {plan.Z.shape[0]} inducing inputs ({how[plan.inducing]})"
     lik = "" if plan.likelihood == "gaussian" else f", {plan.likelihood} likelihood"
     console.say(f"Model: {plan.model}, kernel {plan.kernel}{m}{lik}")
     from bayes_rbfn.infer.sampler import resolve_chain_method

@@ -17,6 +17,7 @@ from typing import Any
 from bayes_rbfn.cli.common import PROG, Interrupted, StorageError, UserError, build_parser, package_version
 
 __all__ = [
+    "INDUCING_RECORD",
     "PARTIAL_SUFFIX",
     "RUN_FORMAT",
     "RUN_RECORD",
@@ -26,6 +27,8 @@ __all__ = [
     "interrupted",
     "partial_dir",
     "resume_args",
+    "save_inducing",
+    "saved_inducing",
     "saved_progress",
     "start_partial",
 ]
@@ -36,6 +39,10 @@ PARTIAL_SUFFIX = ".partial"
 
 
 RUN_RECORD = "run.json"
+
+
+#: The learned inducing inputs of a run (``--inducing greedy`` or ``optimised``), kept for --resume.
+INDUCING_RECORD = "inducing.npy"
 
 
 RUN_FORMAT = "bayes_rbfn.fit-run"
@@ -111,6 +118,39 @@ def start_partial(partial: Path, args: argparse.Namespace, out: Path) -> list[st
     }
     atomic_write_bytes(partial / RUN_RECORD, json.dumps(record, indent=1).encode("utf-8"))
     return notes
+
+
+def save_inducing(partial: Path, Z: Any) -> None:
+    """Keep a run's learned inducing inputs (M, D) in its checkpoint folder, so --resume takes the same."""
+    import io
+
+    import numpy as np
+
+    from bayes_rbfn.io.output import atomic_write_bytes
+
+    buffer = io.BytesIO()
+    np.save(buffer, np.asarray(Z, dtype=float), allow_pickle=False)
+    atomic_write_bytes(partial / INDUCING_RECORD, buffer.getvalue())
+
+
+def saved_inducing(partial: Path, shape: tuple[int, ...]) -> Any:
+    """The inducing inputs :func:`save_inducing` kept in ``partial``, or None when it kept none.
+
+    Raises:
+        UserError: the file is there but is not an array of ``shape`` with finite values (corrupt).
+    """
+    import numpy as np
+
+    path = partial / INDUCING_RECORD
+    if not path.is_file():
+        return None
+    try:
+        Z = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise UserError(f"--resume: {path} is corrupt ({err}); nothing was changed") from None
+    if Z.shape != shape or not np.all(np.isfinite(Z)):
+        raise UserError(f"--resume: {path} is corrupt (not finite inducing inputs of shape {shape})")
+    return Z
 
 
 def _relative(path: str | os.PathLike[str], base: Path) -> str:
