@@ -130,7 +130,7 @@ DENSE_MASS_MAX_PARAMS = 10
 
 #: ``dense_mass=None`` also takes a dense mass matrix for a model that samples hyperparameters alone (no
 #: weights, no raw variables of a non-centred parameterisation), up to this many values: the D + 2 of an
-#: ARD kernel on up to 22 inputs, or the co2 family's 9 with its noise and linear mean. Their posterior is
-#: correlated across the components, and a diagonal mass matrix takes about 1.4 times the leapfrog steps
-#: per draw there (13.6 against 9.8 for the main job's co2 fit).
+#: ARD kernel on up to 22 inputs, or the co2 family's 9 with its noise and linear mean, whose posterior is
+#: correlated across the components (a diagonal mass matrix takes more leapfrog steps per draw there:
+#: benchmarks/README.md, *Where the main job's time goes*).
 DENSE_MASS_MAX_HYPERPARAMETERS = 24

@@ -123,8 +123,13 @@ def scaled_sqdist(X1: jax.Array, X2: jax.Array, lengthscale: jax.Array) -> jax.A
 
 @jax.custom_jvp
 def _sqdist(X1: jax.Array, X2: jax.Array, inv_lengthscale: jax.Array) -> jax.Array:
-    diff = (X1.T[:, :, None] - X2.T[:, None, :]) * inv_lengthscale[:, None, None]
+    diff = _scaled_differences(X1, X2, inv_lengthscale)
     return jnp.sum(diff * diff, axis=0)
+
+
+def _scaled_differences(X1: jax.Array, X2: jax.Array, inv_lengthscale: jax.Array) -> jax.Array:
+    """c_d (x_id − x'_jd), laid out (D, N1, N2)."""
+    return (X1.T[:, :, None] - X2.T[:, None, :]) * inv_lengthscale[:, None, None]
 
 
 def _sqdist_jvp(primals: tuple, tangents: tuple) -> tuple[jax.Array, jax.Array]:
@@ -153,7 +158,7 @@ def _sqdist_jvp(primals: tuple, tangents: tuple) -> tuple[jax.Array, jax.Array]:
     if inputs_fixed:
         if c.shape[0] == 1:
             return r2, r2 * (2.0 * dc[0] / c[0])
-        diff = (X1_raw.T[:, :, None] - X2_raw.T[:, None, :]) * c[:, None, None]
+        diff = _scaled_differences(X1_raw, X2_raw, c)
         return r2, jnp.sum(diff * diff * (2.0 * dc / c)[:, None, None], axis=0)
     dX1, dX2, dc = (_instantiated(t) for t in tangents)
     origin = common_origin(X2_raw)

@@ -83,10 +83,9 @@ DATASET_MEANS = {"co2": "linear"}
 DEFAULT_MAX_TREE_DEPTH = 10
 
 
-#: Packaged data sets with their own NUTS target acceptance. co2: at 0.8 one of the seeds 0–4 of the main
-#: job ended with one divergent transition of 1,000 (the trend's variance against its lengthscale, a
-#: long-tailed ridge); at 0.85 none did, for about 15 % more leapfrog steps (benchmarks/README.md, *Where
-#: the main job's time goes*).
+#: Packaged data sets with their own NUTS target acceptance. co2: the trend's variance against its
+#: lengthscale is a long-tailed ridge where rare divergent transitions occur (benchmarks/README.md,
+#: *Where the main job's time goes*).
 DATASET_TARGET_ACCEPTS = {"co2": 0.85}
 
 
