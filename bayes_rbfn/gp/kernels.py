@@ -123,13 +123,8 @@ def scaled_sqdist(X1: jax.Array, X2: jax.Array, lengthscale: jax.Array) -> jax.A
 
 @jax.custom_jvp
 def _sqdist(X1: jax.Array, X2: jax.Array, inv_lengthscale: jax.Array) -> jax.Array:
-    diff = _scaled_differences(X1, X2, inv_lengthscale)
+    diff = (X1.T[:, :, None] - X2.T[:, None, :]) * inv_lengthscale[:, None, None]
     return jnp.sum(diff * diff, axis=0)
-
-
-def _scaled_differences(X1: jax.Array, X2: jax.Array, inv_lengthscale: jax.Array) -> jax.Array:
-    """c_d (x_id − x'_jd), laid out (D, N1, N2)."""
-    return (X1.T[:, :, None] - X2.T[:, None, :]) * inv_lengthscale[:, None, None]
 
 
 def _sqdist_jvp(primals: tuple, tangents: tuple) -> tuple[jax.Array, jax.Array]:
@@ -137,12 +132,11 @@ def _sqdist_jvp(primals: tuple, tangents: tuple) -> tuple[jax.Array, jax.Array]:
 
     dr²_ij = 2 Σ_d c_d² (x_id − x'_jd)(dx_id − dx'_jd) + 2 Σ_d c_d dc_d (x_id − x'_jd)².
 
-    With the inputs fixed (symbolic zero tangents: a sampler moves only the hyperparameters) the tangent
-    is the second sum alone, taken from the same scaled differences as the value: Σ_d (2 dc_d / c_d)
-    (c_d (x_id − x'_jd))², one more fused pass over them, exact at coincident points, and in one input r² ·
-    2 dc / c. When the inputs move too (inducing inputs optimised), the tangent is expanded into row and
-    column sums and three (N1, D)·(D, N2) products. Reverse mode transposes these products, so a gradient
-    costs a few products instead of passes over an (N1, N2, D) array; the value itself keeps its
+    With one input and the inputs fixed (symbolic zero tangents: a sampler moves only the hyperparameters)
+    the tangent is r² · 2 dc / c, exact and with no product. Otherwise it is expanded into row and column
+    sums and three (N1, D)·(D, N2) products (with several inputs these are cheaper than a second pass over
+    the (D, N1, N2) differences, even with the inputs fixed). Reverse mode transposes these products, so a
+    gradient costs a few products instead of passes over an (N1, N2, D) array; the value itself keeps its
     differences (:func:`scaled_sqdist`). The expansion's rounding is relative to the derivative's terms,
     not to r², so it leaves the zero derivative at coincident points to the kernels' :func:`safe_sqrt`.
     The terms are those of the inputs taken about a common point (:func:`common_origin`), which leaves
@@ -155,11 +149,8 @@ def _sqdist_jvp(primals: tuple, tangents: tuple) -> tuple[jax.Array, jax.Array]:
     inputs_fixed = _is_zero(dX1) and _is_zero(dX2)
     if inputs_fixed and _is_zero(dc):
         return r2, jnp.zeros_like(r2)
-    if inputs_fixed:
-        if c.shape[0] == 1:
-            return r2, r2 * (2.0 * dc[0] / c[0])
-        diff = _scaled_differences(X1_raw, X2_raw, c)
-        return r2, jnp.sum(diff * diff * (2.0 * dc / c)[:, None, None], axis=0)
+    if inputs_fixed and c.shape[0] == 1:
+        return r2, r2 * (2.0 * dc[0] / c[0])
     dX1, dX2, dc = (_instantiated(t) for t in tangents)
     origin = common_origin(X2_raw)
     X1, X2 = X1_raw - origin, X2_raw - origin
