@@ -332,8 +332,12 @@ def _backtest_split(
     return X_fit, y_fit, (X_test, y_test)
 
 
-def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
-    """Load and check everything, so that no user error can surface after sampling has started."""
+def _plan_fit(args: argparse.Namespace, console: Console, kept_Z: np.ndarray | None = None) -> FitPlan:
+    """Load and check everything, so that no user error can surface after sampling has started.
+
+    ``kept_Z``: the learned inducing inputs a resumed run kept (:func:`saved_inducing`), taken instead of
+    searching again.
+    """
     from bayes_rbfn.infer.sampler import SamplerSettings
     from bayes_rbfn.io.output import default_output_dir, prepare_output_dir
 
@@ -349,7 +353,13 @@ def _plan_fit(args: argparse.Namespace, console: Console) -> FitPlan:
     kernel = args.kernel or planning.DATASET_KERNELS.get(packaged, DEFAULT_KERNEL)
     inducing = args.inducing or "kmeans"
     Z = None
-    if spec.uses_inducing:
+    if spec.uses_inducing and kept_Z is not None:
+        if kept_Z.shape[1] != X_fit.shape[1]:
+            raise UserError(
+                f"--resume: the kept inducing inputs have {kept_Z.shape[1]} columns, not {X_fit.shape[1]}"
+            )
+        Z = kept_Z
+    elif spec.uses_inducing:
         if inducing != "kmeans" and (not likelihood.marginalisable or spec.grouped):
             raise UserError(
                 f"--inducing {inducing}: searches the VFE bound of a Gaussian GP; not for the {model!r} "
@@ -521,14 +531,12 @@ def _run_fit(args: argparse.Namespace, console: Console) -> int:
     configure_jax()
     job = birthdays if birthdays.wanted(args) else None
     with quiet_libraries():
-        plan = _plan_fit(args, console) if job is None else job.plan(args)
+        kept_Z = saved_inducing(partial) if resuming else None
+        plan = _plan_fit(args, console, kept_Z) if job is None else job.plan(args)
         # Held for the whole run: a second run on the same --out is refused at once, whatever it asks for.
         with output_lock(plan.out):
             if resuming:
                 check_resumable(partial, folder, plan.out, args.overwrite)
-                if plan.Z is not None and plan.inducing != "kmeans":
-                    kept = saved_inducing(partial, plan.Z.shape)
-                    plan.Z = plan.Z if kept is None else kept
             for path in remove_leftovers(plan.out, partial_dir(plan.out)):
                 console.say(f"  note: removed {path}, left by a run that was killed")
             if not resuming:

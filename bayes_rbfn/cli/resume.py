@@ -133,11 +133,11 @@ def save_inducing(partial: Path, Z: Any) -> None:
     atomic_write_bytes(partial / INDUCING_RECORD, buffer.getvalue())
 
 
-def saved_inducing(partial: Path, shape: tuple[int, ...]) -> Any:
-    """The inducing inputs :func:`save_inducing` kept in ``partial``, or None when it kept none.
+def saved_inducing(partial: Path) -> Any:
+    """The inducing inputs (M, D) :func:`save_inducing` kept in ``partial``, or None when it kept none.
 
     Raises:
-        UserError: the file is there but is not an array of ``shape`` with finite values (corrupt).
+        UserError: the file is there but does not hold a finite (M, D) array (corrupt).
     """
     import numpy as np
 
@@ -148,8 +148,8 @@ def saved_inducing(partial: Path, shape: tuple[int, ...]) -> Any:
         Z = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as err:
         raise UserError(f"--resume: {path} is corrupt ({err}); nothing was changed") from None
-    if Z.shape != shape or not np.all(np.isfinite(Z)):
-        raise UserError(f"--resume: {path} is corrupt (not finite inducing inputs of shape {shape})")
+    if Z.ndim != 2 or 0 in Z.shape or not np.all(np.isfinite(Z)):
+        raise UserError(f"--resume: {path} is corrupt (not a finite (M, D) array of inducing inputs)")
     return Z
 
 

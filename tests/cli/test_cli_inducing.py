@@ -73,14 +73,20 @@ def test_resume_takes_the_learned_inducing_inputs_of_the_first_part(tmp_path, ca
     saved = np.load(tmp_path / "res.partial" / "inducing.npy")
     capsys.readouterr()
 
-    # A search that would now end elsewhere (another machine's rounding, say) must not be used.
-    real = inducing_module.inducing_search.greedy_inducing
+    # A corrupt record is refused in one line, and nothing is changed.
+    record = tmp_path / "res.partial" / "inducing.npy"
+    intact = record.read_bytes()
+    record.write_bytes(b"not an array")
+    assert cli.main(["fit", "--resume", str(out), "--quiet"]) == 2
+    assert "inducing.npy is corrupt" in capsys.readouterr().err
+    assert record.read_bytes() == b"not an array"
+    record.write_bytes(intact)
 
-    def elsewhere(*args, **kwargs):
-        found = real(*args, **kwargs)
-        return found._replace(Z=found.Z + 0.01)
+    # The resumed run takes the kept Z: it does not search again (another machine could end elsewhere).
+    def searched(*args, **kwargs):
+        raise AssertionError("the resumed run searched the bound again")
 
-    monkeypatch.setattr(inducing_module.inducing_search, "greedy_inducing", elsewhere)
+    monkeypatch.setattr(inducing_module.inducing_search, "greedy_inducing", searched)
     assert cli.main(["fit", "--resume", str(out), "--quiet"]) == 0, capsys.readouterr().err
     idata = arviz_compat.read_netcdf(out / "inference.nc")
     np.testing.assert_array_equal(idata.constant_data["Z"].values, saved)
