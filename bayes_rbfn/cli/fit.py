@@ -424,8 +424,7 @@ def _plan_fit(args: argparse.Namespace, console: Console, kept_Z: np.ndarray | N
             draws=args.draws,
             warmup=args.warmup,
             seed=args.seed,
-            target_accept=args.target_accept
-            or planning.DATASET_TARGET_ACCEPTS.get(packaged, DEFAULT_TARGET_ACCEPT),
+            target_accept=args.target_accept or DEFAULT_TARGET_ACCEPT,
             dense_mass=args.dense_mass,
             max_tree_depth=args.max_tree_depth
             or planning.DATASET_TREE_DEPTHS.get(packaged, planning.DEFAULT_MAX_TREE_DEPTH),

@@ -27,7 +27,6 @@ from bayes_rbfn.io.datasets import Dataset, list_datasets, load_dataset
 from bayes_rbfn.io.reader import read_xy_csv
 from bayes_rbfn.workflows.planning import (
     CASE_STUDIES,
-    DATASET_TARGET_ACCEPTS,
     DATASET_TREE_DEPTHS,
     DEFAULT_DATASET,
     DEFAULT_MAX_TREE_DEPTH,
@@ -299,8 +298,7 @@ def sampler_arguments(parser: argparse.ArgumentParser) -> None:
         type=probability,
         metavar="P",
         help=f"NUTS target acceptance probability; raise it (e.g. 0.95) after divergences "
-        f"(default {DEFAULT_TARGET_ACCEPT}; {DATASET_TARGET_ACCEPTS['co2']} for the co2 data set, 0.95 for "
-        "--dataset birthdays)",
+        f"(default {DEFAULT_TARGET_ACCEPT}; 0.95 for --dataset birthdays)",
     )
     sampler.add_argument(
         "--max-tree-depth",

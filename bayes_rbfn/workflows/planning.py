@@ -20,7 +20,6 @@ __all__ = [
     "DATASET_MEANS",
     "DATASET_MODELS",
     "DATASET_NUM_INDUCING",
-    "DATASET_TARGET_ACCEPTS",
     "DATASET_TREE_DEPTHS",
     "DEFAULT_DATASET",
     "DEFAULT_EXTEND",
@@ -81,12 +80,6 @@ DATASET_MEANS = {"co2": "linear"}
 
 
 DEFAULT_MAX_TREE_DEPTH = 10
-
-
-#: Packaged data sets with their own NUTS target acceptance. co2: the trend's variance against its
-#: lengthscale is a long-tailed ridge where rare divergent transitions occur (benchmarks/README.md,
-#: *Where the main job's time goes*).
-DATASET_TARGET_ACCEPTS = {"co2": 0.85}
 
 
 #: Packaged data sets with a smaller default NUTS tree depth. For co2 the first ~100 warm-up iterations,
