@@ -183,8 +183,7 @@ def _default_priors(spec, family, likelihood: Likelihood, scales, mean_kind: Any
 def _choose_inducing(
     method: str, X: Any, y: Any, M: int, spec: ModelSpec, config: ModelConfig, seed: int
 ) -> np.ndarray:
-    """Z for ``fit(inducing_method=...)`` (:func:`bayes_rbfn.infer.inducing.inducing_inputs`, which also
-    refuses an unknown method)."""
+    """Z for ``fit(inducing_method=...)`` by :func:`bayes_rbfn.infer.inducing.inducing_inputs`."""
     from bayes_rbfn.infer.inducing import LEARNED_METHODS, inducing_inputs
 
     if method in LEARNED_METHODS:
