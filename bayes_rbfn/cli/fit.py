@@ -542,7 +542,7 @@ def _run_fit(args: argparse.Namespace, console: Console) -> int:
                 partial = partial_dir(plan.out)
                 for note in start_partial(partial, args, plan.out):
                     console.say(f"  note: {note}")
-                if plan.Z is not None and plan.inducing != "kmeans":
+                if getattr(plan, "inducing", "") in ("greedy", "optimised"):  # a learned Z (not Birthdays')
                     save_inducing(partial, plan.Z)
             try:
                 if job is None:
