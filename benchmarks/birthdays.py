@@ -28,7 +28,7 @@ Bürkner et al. 2020); those of the HSGP model its pointwise likelihood. Both es
     python benchmarks/birthdays.py [--chains 2] [--warmup 500] [--draws 500] [--seed 0] [--out DIR]
     python benchmarks/birthdays.py --only hsgp --hsgp-mass dense   # the HSGP model with a dense mass matrix
 
-Writes ``<out>/birthdays.md`` and ``birthdays.json`` (default ``benchmarks/results/``).
+Writes ``<out>/birthdays.md`` and ``birthdays.json`` (default ``benchmarks/results/birthdays/``).
 """
 
 from __future__ import annotations
@@ -265,7 +265,7 @@ def main(argv=None) -> int:
         default="diagonal",
         help="the HSGP model's mass matrix (numpyro's default: diagonal)",
     )
-    parser.add_argument("--out", type=Path, default=HERE / "results")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "birthdays")
     args = parser.parse_args(argv)
     jax = _setup(args.chains)
     import numpy as np

@@ -20,7 +20,7 @@ after sampling (LOO, posterior predictive, diagnostics). Cases:
 
 Reported per case (medians over the repeats): wall s, XLA compile s, the minimum bulk ESS over the
 hyperparameters and ESS/s, and the ratio of the vectorised wall time to the sequential. Writes
-``<out>/chain_method.md`` and ``.json`` (default ``benchmarks/results/``).
+``<out>/chain_method.md`` and ``.json`` (default ``benchmarks/results/chain_method/``).
 
     python benchmarks/chain_method.py [--cases sor-1d,exact-snelson,...] [--chains 4] [--warmup 500]
         [--draws 500] [--repeats 3] [--out DIR] [--resume]
@@ -171,7 +171,7 @@ def main(argv=None) -> None:
     ap.add_argument("--warmup", type=int, default=500)
     ap.add_argument("--draws", type=int, default=500)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument("--out", default=str(HERE / "results" / "chain_method"))
     ap.add_argument(
         "--resume", action="store_true", help="keep the runs of <out>/chain_method.json and run the others"
     )

@@ -22,7 +22,7 @@ sd_growth² h + sd_noise². Seconds, not minutes.
 with ℓ_drift ~ LogNormal(log ℓ, 0.15) and s_drift ~ LogNormal(log(frac · sd(y)), 0.25)); the results then
 go to ``co2_backtest_<drift>.md`` and ``.json``.
 
-Writes ``benchmarks/results/co2_backtest.md`` and ``.json``.
+Writes ``benchmarks/results/co2_backtest/co2_backtest.md`` and ``.json``.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def main(argv=None) -> None:
     ap.add_argument("--model", default="dtc")
     ap.add_argument("--mean", default="linear")
     ap.add_argument("--windows", default=",".join(str(w) for w in WINDOWS))
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "co2_backtest"))
     instead = ap.add_mutually_exclusive_group()
     instead.add_argument("--drift", default=None, help="kernel,ℓ,frac: another drift term (matern52/32/12)")
     instead.add_argument("--reference", action="store_true", help="score the random-walk reference instead")

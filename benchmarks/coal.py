@@ -3,7 +3,7 @@
 Issue 16's target: under a minute on 2 cores. Runs the fit twice in one process: the first run includes
 compiling (the figure a user sees on a cold start without the persistent cache), the second reuses the
 compiled sampler. Reports both, with the minimum bulk ESS over the hyperparameters and the divergences.
-Writes ``benchmarks/results/coal.md`` and ``.json``.
+Writes ``benchmarks/results/coal/coal.md`` and ``.json``.
 
     python benchmarks/coal.py [--num-inducing 20]   (the CLI's default M for coal; 64 is fit()'s default)
 """
@@ -23,7 +23,7 @@ def main(argv=None) -> None:
     ap.add_argument("--chains", type=int, default=4)
     ap.add_argument("--draws", type=int, default=1000)
     ap.add_argument("--warmup", type=int, default=1000)
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "coal"))
     args = ap.parse_args(argv)
 
     from bayes_rbfn import runtime

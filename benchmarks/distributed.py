@@ -19,7 +19,8 @@ exchanges, across the two processes.
     python benchmarks/distributed.py                 # N = 10⁵ and 10⁶
     python benchmarks/distributed.py --sizes 100000 --repeats 5
 
-Writes ``benchmarks/results/distributed.md`` and ``.json``. Run nothing else on the machine meanwhile.
+Writes ``benchmarks/results/distributed/distributed.md`` and ``.json``. Run nothing else on the machine
+meanwhile.
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument("--out", default=str(HERE / "results" / "distributed"))
     args = ap.parse_args(argv)
     folder = Path(args.out)
     folder.mkdir(parents=True, exist_ok=True)

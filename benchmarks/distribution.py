@@ -3,7 +3,8 @@
 Both sample the same posterior (the SparseGP model uses fit's default priors and constant mean; see
 tests/infer/test_mcmc.py). Each is run ``--repeats`` times, interleaved, in one process after one warm-up run
 each (so compilation is excluded from both); reported: wall time of the sampling call, minimum bulk ESS over
-(ℓ, s², σ), ESS/s, ESS per gradient evaluation. Writes ``benchmarks/results/distribution.md`` and ``.json``.
+(ℓ, s², σ), ESS/s, ESS per gradient evaluation. Writes
+``benchmarks/results/distribution/distribution.md`` and ``.json``.
 
     python benchmarks/distribution.py [--N 2000] [--M 64] [--repeats 3]
 """
@@ -27,7 +28,7 @@ def main(argv=None) -> None:
     ap.add_argument("--draws", type=int, default=500)
     ap.add_argument("--warmup", type=int, default=500)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "distribution"))
     args = ap.parse_args(argv)
 
     from bayes_rbfn import runtime

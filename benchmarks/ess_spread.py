@@ -22,10 +22,10 @@ fit) to ``--out`` and prints the table of what it holds; ``--table`` only prints
     # the test module's settings before SOR_SAMPLER: 2 chains × 1,000 draws, target_accept 0.8, sequential
     python benchmarks/ess_spread.py --chains 2 --draws 1000 --target-accept 0.8 \\
         --user-chain-method sequential --out /tmp/ess_before.jsonl
-    python benchmarks/ess_spread.py --table benchmarks/results/ess_spread.jsonl
+    python benchmarks/ess_spread.py --table benchmarks/results/ess_spread/ess_spread.jsonl
 
 (about 20 s per fit on 2 cores, so 12 offsets × 2 ISAs × 3 fits take some 25 minutes). Results of
-24 Nov 2026: ``benchmarks/results/ess_spread.md`` and ``.jsonl``.
+24 Nov 2026: ``benchmarks/results/ess_spread/ess_spread.md`` and ``.jsonl``.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ Reported per row (medians over the repeats): wall s, XLA compile s, minimum bulk
 (every lengthscale, variance, noise), ESS/s, gradient evaluations in the kept draws (the sum of NUTS's
 ``num_steps``: one gradient per leapfrog step; warm-up not counted), ESS per 1,000 of them, and ESS/s and
 ESS per gradient relative to the reference. Writes ``<out>/ess_vs_numpyro.md`` and ``.json`` (default
-``benchmarks/results/``) and prints the table.
+``benchmarks/results/ess_vs_numpyro/``) and prints the table.
 
     python benchmarks/ess_vs_numpyro.py [--sizes 1000,10000,100000] [--dims 1,3] [--repeats 3]
         [--first-repeat 0] [--draws 500] [--warmup 500] [--device cpu|gpu] [--fresh-process] [--lean-fit]
@@ -104,7 +104,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument(
         "--cache", default=None, help="JAX's persistent compilation cache in this folder (default: off)"
     )
-    ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument("--out", default=str(HERE / "results" / "ess_vs_numpyro"))
     # One run, JSON on the last line of stdout: what --fresh-process starts.
     ap.add_argument("--one", choices=SAMPLERS, help=argparse.SUPPRESS)
     ap.add_argument("--N", type=int, help=argparse.SUPPRESS)

@@ -15,7 +15,7 @@
     python benchmarks/gpu.py --device gpu --sections grad,predict
     python benchmarks/gpu.py --device gpu --sections chain --inits auto,median
 
-Writes ``--out``/gpu.json and gpu.md (default benchmarks/results/) and prints the table. Nothing here is
+Writes ``--out``/gpu.json and gpu.md (default benchmarks/results/gpu/) and prints the table. Nothing here is
 CPU-specific: the same code runs on either device; only JAX_PLATFORMS differs.
 """
 
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--inits", default="auto", help="the chain section's starts, comma-separated (fit's init values)"
     )
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "gpu"))
     args = ap.parse_args(argv)
     os.environ["JAX_PLATFORMS"] = "cuda" if args.device == "gpu" else "cpu"
     import jax

@@ -4,8 +4,8 @@ Each seed runs in a fresh process with JAX's persistent compilation cache pointe
 every run pays its imports and its compilation, as a first run on a new machine does. Reported per seed:
 the wall time of the whole process (``/usr/bin/time``-like, from outside), the sampling time the report
 gives, r_hat, the bulk and tail ESS, the divergent transitions, the draws at the maximum tree depth and the
-report's verdict. Writes ``<out>/main_job.md`` and ``.json`` (default ``benchmarks/results/``). Run it
-alone on the machine: anything else running makes the times meaningless.
+report's verdict. Writes ``<out>/main_job.md`` and ``.json`` (default ``benchmarks/results/main_job/``).
+Run it alone on the machine: anything else running makes the times meaningless.
 
     python benchmarks/main_job.py [--seeds 0 1 2 3 4] [--out DIR] [-- extra fit options]
 """
@@ -54,7 +54,7 @@ def run_seed(seed: int, extra: list[str]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "main_job")
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="extra bayes-rbfn fit options (after --)")
     args = parser.parse_args(argv)
     extra = [a for a in args.extra if a != "--"]

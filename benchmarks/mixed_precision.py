@@ -21,7 +21,8 @@ N = 10⁴ then relates the error to cond(K_uu) in both layouts (where mixed prec
     python benchmarks/mixed_precision.py --million       # and N = 10⁶
     python benchmarks/mixed_precision.py --device gpu --million
 
-Writes ``--out``/mixed_precision_<device>.json and .md (default benchmarks/results/) and prints the table.
+Writes ``--out``/mixed_precision_<device>.json and .md (default benchmarks/results/mixed_precision/) and
+prints the table.
 Other work on the machine slows every time down; the 1-minute load average is recorded with each row, and
 the speed-ups (ratios of interleaved calls) are what to compare.
 """
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--million", action="store_true", help="also N = 10⁶")
     ap.add_argument("--repeats", type=int, default=REPEATS)
     ap.add_argument("--no-sweep", action="store_true", help="skip the lengthscale (conditioning) sweep")
-    ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument("--out", default=str(HERE / "results" / "mixed_precision"))
     args = ap.parse_args(argv)
     os.environ["JAX_PLATFORMS"] = "cuda" if args.device == "gpu" else "cpu"
     from run import _config, _grad_fn, _interleaved, _setup

@@ -15,7 +15,7 @@ lowest end over every run; an end more than 1 nat above it is a local mode.
 
     python benchmarks/mode_search.py [--N 100000] [--D 3] [--seeds 0-5] [--out DIR]
 
-Writes ``<out>/mode_search_n<N>_d<D>.md`` (default ``benchmarks/results/``).
+Writes ``<out>/mode_search_n<N>_d<D>.md`` (default ``benchmarks/results/mode_search/``).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def main(argv=None) -> None:
     ap.add_argument("--N", type=int, default=100_000)
     ap.add_argument("--D", type=int, default=3)
     ap.add_argument("--seeds", default="0-5", help="a range a-b or a comma-separated list")
-    ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument("--out", default=str(HERE / "results" / "mode_search"))
     args = ap.parse_args(argv)
     first, _, last = args.seeds.partition("-")
     seeds = list(range(int(first), int(last) + 1)) if last else [int(s) for s in args.seeds.split(",")]

@@ -9,7 +9,8 @@ fits three times: the first compiles; the second is what a refit costs; the thir
 both::
 
     git worktree add /tmp/before <commit>
-    python benchmarks/replicates_cost.py --before /tmp/before --out benchmarks/results/replicates_cost.json
+    python benchmarks/replicates_cost.py --before /tmp/before \
+        --out benchmarks/results/replicates_cost/replicates_cost.json
 """
 
 from __future__ import annotations

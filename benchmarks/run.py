@@ -7,7 +7,7 @@ One command (from the repository root):
 
 It writes ``results.md`` (the tables of benchmarks/README.md), ``results.csv`` (every figure),
 ``results.json`` and ``scaling.png`` (log-log time per gradient against N with the linear reference) into
-``--out`` (default ``benchmarks/results`` or ``benchmarks/results-quick``). ``--sections a,b`` runs some.
+``--out`` (default ``benchmarks/results/run`` or ``benchmarks/results-quick``). ``--sections a,b`` runs some.
 
 Each section runs in its own Python process, so each has a clean memory high-water mark, its own device
 count (the sharded section asks XLA for two CPU devices) and a fresh view of the machine's load, which
@@ -194,7 +194,7 @@ def write_report(results: dict, outdir: Path, scale: str) -> None:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes: several minutes, mostly compiling")
-    ap.add_argument("--out", default=None, help="output folder (default benchmarks/results[-quick])")
+    ap.add_argument("--out", default=None, help="output folder (default results/run or results-quick)")
     ap.add_argument(
         "--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}"
     )
@@ -208,7 +208,7 @@ def main(argv=None):
     if args.worker:
         return worker(args.worker, args.scale, args.json, args.cache_dir)
     scale = "quick" if args.quick else "full"
-    outdir = Path(args.out or HERE / ("results-quick" if args.quick else "results"))
+    outdir = Path(args.out or (HERE / "results-quick" if args.quick else HERE / "results" / "run"))
     outdir.mkdir(parents=True, exist_ok=True)
     sections = [s for s in args.sections.split(",") if s]
     unknown = set(sections) - set(SECTIONS)

@@ -151,8 +151,9 @@ def test_rbfn_stored_variance_is_zero_given_weights(weights_only_fit):
 #: the modes, but slowly. 2 chains × 1,000 draws gave a lowest bulk or folded ESS of 160–264 on those two
 #: data sets (native and SSE4.2 rounding), under the floor, and ≥ 512 on the other ten; 6 chains × 1,000
 #: draws give 448–847 there and ≥ 1,838 elsewhere (benchmarks/ess_spread.py; table in
-#: benchmarks/results/ess_spread.md). More chains rather than more draws per chain: fit keeps at most 1,000
-#: posterior_predictive draws per chain by default, and az.loo_pit (test_plot_ppc_and_loo_pit_work_on_a_fit)
+#: benchmarks/results/ess_spread/ess_spread.md). More chains rather than more draws per chain: fit keeps
+#: at most 1,000 posterior_predictive draws per chain by default, and az.loo_pit
+#: (test_plot_ppc_and_loo_pit_work_on_a_fit)
 #: needs every draw. target_accept 0.9: at 0.8 the short-lengthscale mode of offset 7 made fits of 6,000
 #: draws diverge on up to 1.3e-3 of their transitions (8 of 6,000, over the 6 MAX_DIVERGENT_FRACTION
 #: allows); at 0.9 none of the 144 such fits measured diverged more than 3 times.
