@@ -622,19 +622,22 @@ class SparseGP(_GaussianProcessMarginal):
             hyperparameter that is not a scalar then leads with them (see the module docstring).
         jitter: relative jitter on K_uu (default: the package's policy,
             :func:`bayes_rbfn.gp.linalg.cholesky`).
-        fast, chunk_size, mesh, precision: performance settings of the streamed pass
-            (:func:`bayes_rbfn.gp.woodbury_sums.woodbury_stats`): sums before whitening, data points per
-            chunk, a :class:`jax.sharding.Mesh` with a ``"data"`` axis to shard the pass over its devices, and
-            ``"float64"`` (default) or ``"mixed"`` (kernel blocks and their products in float32, sums and
-            factorisations in float64: ~1e-9 relative in the log density for a well-conditioned K_uu, but
-            ~4e-5 and wrong gradients for the cond(K_uu) ~ 1e9 of dense inducing inputs; see
+        fast: a performance setting of the streamed pass
+            (:func:`bayes_rbfn.gp.woodbury_sums.woodbury_stats`): sum before whitening.
+        chunk_size: data points per chunk of the streamed pass.
+        mesh: a :class:`jax.sharding.Mesh` with a ``"data"`` axis to shard the streamed pass over its
+            devices.
+        precision: ``"float64"`` (default) or ``"mixed"`` (kernel blocks and their products in float32, sums
+            and factorisations in float64: ~1e-9 relative in the log density for a well-conditioned K_uu,
+            but ~4e-5 and wrong gradients for the cond(K_uu) ~ 1e9 of dense inducing inputs; see
             :mod:`bayes_rbfn.gp.woodbury_sums`).
-        groups, group_scale: group effects integrated out with the weights: (N,) integer codes 0 … G−1
-            and τ, so that y = f + β_{g(i)} + ε with β_g ~ N(0, τ²) i.i.d. (a varying intercept per group;
-            one-hot design columns under a shared Gaussian prior), at O(NM² + GM²)
-            (:mod:`bayes_rbfn.gp.effects`). ``"sor"`` and ``"dtc"``, one member; :meth:`moments` is then
-            the GP part's f* alone, :meth:`group_moments` the effects' posterior, and
-            :meth:`sample_replicates` draws f + β_{g(i)} + ε' given y.
+        groups: (N,) integer codes 0 … G−1 of group effects integrated out with the weights, so that
+            y = f + β_{g(i)} + ε with β_g ~ N(0, τ²) i.i.d. (a varying intercept per group; one-hot design
+            columns under a shared Gaussian prior), at O(NM² + GM²) (:mod:`bayes_rbfn.gp.effects`).
+            ``"sor"`` and ``"dtc"``, one member; :meth:`moments` is then the GP part's f* alone,
+            :meth:`group_moments` the effects' posterior, and :meth:`sample_replicates` draws
+            f + β_{g(i)} + ε' given y.
+        group_scale: τ, the prior standard deviation of the group effects (with ``groups``).
         num_groups: G; needed where ``groups`` is traced (under ``jit``), else at least the codes' largest
             value plus one (groups without points then keep their prior).
     """

@@ -160,10 +160,10 @@ def rbfn(
         Z: (M, D) or (M,) centres (inducing inputs).
         mean: m(x): a number, an (N,) array or a callable of X.
         jitter: relative jitter on K_uu (default: the package's policy,
-        :func:`bayes_rbfn.gp.linalg.cholesky`).
+            :func:`bayes_rbfn.gp.linalg.cholesky`).
         centred: sample the network's values at its centres, u = K_uu α ~ N(0, K_uu) (site
-        ``{name}_u``, α = K_uu⁻¹ u) instead of the whitened weights: the better geometry where the data
-        pin f down, so that whitened weights would have to move with every hyperparameter [1].
+            ``{name}_u``, α = K_uu⁻¹ u) instead of the whitened weights: the better geometry where the data
+            pin f down, so that whitened weights would have to move with every hyperparameter [1].
 
     Returns:
         f = m + K_fu α, shape (N,), also recorded as the deterministic site ``name``; where K_uu cannot be

@@ -11,9 +11,7 @@ Given data ``f_i = f(x_i)`` at distinct points X, the kernel interpolant is
 * for a **conditionally positive-definite** kernel of order m — the polyharmonic splines, cubic
   ``φ(r) = r³`` and thin-plate ``φ(r) = r² log r`` (both m = 2) — a polynomial tail p of degree ≥ m − 1
   is added and the moment conditions ``Pᵀ c = 0`` fix the extra freedom, giving the saddle-point system
-
-      [ Φ   P ] [c]   [f]
-      [ Pᵀ  0 ] [d] = [0].
+  ``[Φ P; Pᵀ 0] [c; d] = [f; 0]`` (block rows separated by semicolons).
 
   Φ is positive definite only on {c : Pᵀc = 0}, so the block matrix is symmetric indefinite. It is small
   and dense here, and is solved by LU with partial pivoting (``jnp.linalg.solve``), which is backward

@@ -156,8 +156,10 @@ class Bands:
     """Posterior predictive bands at S inputs: moment-matched mixture over the draws (law of total variance).
 
     Attributes:
-        X: (S, D) inputs. mean: (S,) predictive mean. f_sd: (S,) sd of the latent f*. y_sd: (S,) sd of a
-        new observation y* (noise included).
+        X: (S, D) inputs.
+        mean: (S,) predictive mean.
+        f_sd: (S,) sd of the latent f*.
+        y_sd: (S,) sd of a new observation y* (noise included).
     """
 
     X: np.ndarray

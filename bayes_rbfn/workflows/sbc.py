@@ -767,8 +767,8 @@ def write_sbc(result: SBCResult, out_dir: str | os.PathLike[str], *, overwrite: 
         The output folder.
 
     Raises:
-        bayes_rbfn.io.reader.InputError: ``out_dir`` exists and is not empty (and not ``overwrite``), or is a
-        file.
+        bayes_rbfn.io.reader.InputError: ``out_dir`` exists and is not empty (and not ``overwrite``), or is
+            a file.
     """
     from bayes_rbfn.io.output import atomic_output_dir
 
