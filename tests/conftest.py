@@ -169,8 +169,8 @@ _FAST_COMPILE = not os.environ.get("BAYES_RBFN_TEST_XLA_DEFAULTS")
 #: Test files whose time is other processes compiling: the CLI's subprocesses, the notebooks' kernels (smoke
 #: runs of at most 50 + 50 iterations), the distributed workers. For the whole of each such file, module
 #: fixtures included, those processes inherit ``JAX_DISABLE_MOST_OPTIMIZATIONS=1`` (the switch above, as JAX
-#: reads it at start-up). What it saves each file, and the whole suite, is in benchmarks/README.md,
-#: *The test suite*.
+#: reads it at start-up). What it saves each file, and the whole suite, is in
+#: benchmarks/results/test_suite/history.md.
 SUBPROCESS_FAST_COMPILE_FILES = frozenset(
     {
         "test_notebooks.py",
