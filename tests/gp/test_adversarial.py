@@ -2,8 +2,9 @@
 
 Property (every test below): a public entry point either returns finite values of the input dtype — equal
 to the dense NumPy reference (:mod:`tests.reference`) when the problem is well conditioned — or raises
-``ValueError`` (``linalg.FactorisationError`` is a subclass) whose message names the offending argument or
-the function; a NaN/inf never comes back silently.
+``ValueError`` whose message starts with what it is about, as ``"name: …"``: one of the arguments that entry
+point takes, or, for ``linalg.FactorisationError`` (a subclass), the function; a NaN/inf never comes back
+silently.
 
 Conditioning criterion for the reference comparison (float64 only): every matrix the computation factorises
 has a 2-norm condition number ≤ ``KAPPA_MAX`` = 1e7 — the exact GP's C = K_ff + σ²I; for SoR the jittered
@@ -21,6 +22,7 @@ example counts (:data:`MAX_EXAMPLES`), its problems in a fixed set of shapes (:d
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import hypothesis
@@ -39,17 +41,6 @@ from bayes_rbfn.gp.kernels import SquaredExponential
 KAPPA_MAX = 1e7
 RTOL = 1e-5
 JIT64 = 1e-8  # the library's relative jitter policy for float64 (linalg.JITTER)
-
-ENTRY_POINTS = (
-    "exact_gp",
-    "sor",
-    "rbfn_weights",
-    "nystrom_krr",
-    "rbf_ridge",
-    "log_marginal_likelihood",
-    "loo_log_density",
-)
-ARG_NAMES = ("X", "y", "Z", "noise", "X_test", "kernel", "lengthscale", "variance", "jitter")
 
 #: Examples per property; a seed offset (BAYES_RBFN_TEST_SEED) draws 10 others.
 MAX_EXAMPLES = 10
@@ -70,40 +61,100 @@ SETTINGS = settings(
 )
 
 
+#: What :func:`_call_all` calls: result key → (entry point, the arguments it passes by keyword, of the
+#: problem's kernel, X, y, Z, noise, X_test). Calling by keyword keeps the names those of the signatures.
+CALLS = {
+    "exact_gp": (conditional.exact_gp, ("kernel", "X", "y", "noise", "X_test")),
+    "sor": (conditional.sor, ("kernel", "X", "y", "Z", "noise", "X_test")),
+    "rbfn_weights": (conditional.rbfn_weights, ("kernel", "X", "y", "Z", "noise")),
+    "nystrom_krr": (conditional.nystrom_krr, ("kernel", "X", "y", "Z", "noise", "X_test")),
+    "rbf_ridge": (conditional.rbf_ridge, ("kernel", "X", "y", "Z", "noise", "X_test")),
+    "lml_exact": (conditional.log_marginal_likelihood, ("kernel", "X", "y", "noise")),
+    "lml_sor": (conditional.log_marginal_likelihood, ("kernel", "X", "y", "noise", "Z")),
+    "loo_exact": (conditional.loo_log_density, ("kernel", "X", "y", "noise")),
+    "loo_sor": (conditional.loo_log_density, ("kernel", "X", "y", "noise", "Z")),
+}
+
+
 def _call_all(kernel, X, y, Z, noise, Xs):
     """Every public entry point on one problem: {name: result or the ValueError raised}."""
-    calls = {
-        "exact_gp": lambda: conditional.exact_gp(kernel, X, y, noise, Xs),
-        "sor": lambda: conditional.sor(kernel, X, y, Z, noise, Xs),
-        "rbfn_weights": lambda: conditional.rbfn_weights(kernel, X, y, Z, noise),
-        "nystrom_krr": lambda: conditional.nystrom_krr(kernel, X, y, Z, noise, Xs),
-        "rbf_ridge": lambda: conditional.rbf_ridge(kernel, X, y, Z, noise, Xs),
-        "lml_exact": lambda: conditional.log_marginal_likelihood(kernel, X, y, noise),
-        "lml_sor": lambda: conditional.log_marginal_likelihood(kernel, X, y, noise, Z=Z),
-        "loo_exact": lambda: conditional.loo_log_density(kernel, X, y, noise),
-        "loo_sor": lambda: conditional.loo_log_density(kernel, X, y, noise, Z=Z),
-    }
+    values = {"kernel": kernel, "X": X, "y": y, "Z": Z, "noise": noise, "X_test": Xs}
     out = {}
-    for name, call in calls.items():
+    for name, (function, arguments) in CALLS.items():
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                out[name] = call()
+                out[name] = function(**{a: values[a] for a in arguments})
         except ValueError as err:
             out[name] = err
     return out
 
 
+def _named_in(name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What a ValueError of the entry point behind ``_call_all``'s key ``name`` may name: the arguments it
+    is passed that a problem can make invalid (the kernel is built, and its hyperparameters checked, by the
+    test before the call), and the function's name (what a FactorisationError names)."""
+    function, arguments = CALLS[name]
+    return tuple(a for a in arguments if a != "kernel"), (function.__name__,)
+
+
+def _check_documented_error(name: str, err: ValueError) -> None:
+    """The message of ``err`` (raised by ``_call_all``'s entry ``name``) starts with its subject and a
+    colon, as the package writes them: one of the entry point's arguments for a plain ValueError, the
+    function's name for a FactorisationError."""
+    arguments, function = _named_in(name)
+    allowed = function if isinstance(err, linalg.FactorisationError) else arguments
+    msg = str(err)
+    subject = re.match(r"(\w+)\b:", msg)
+    assert subject is not None and subject.group(1) in allowed, (
+        f"{name} raised {type(err).__name__} naming none of {allowed}: {msg!r}"
+    )
+
+
 def _assert_finite_or_documented(results, dtype):
     for name, res in results.items():
         if isinstance(res, ValueError):
-            msg = str(res)
-            assert any(f"{a}:" in msg or f"{a} " in msg for a in ARG_NAMES + ENTRY_POINTS), (name, msg)
+            _check_documented_error(name, res)
             continue
         for leaf in jax.tree_util.tree_leaves(res):
             arr = np.asarray(leaf)
             assert np.all(np.isfinite(arr)), f"{name} returned non-finite values silently: {arr}"
             assert arr.dtype == np.dtype(dtype), f"{name}: dtype {arr.dtype}, input dtype {np.dtype(dtype)}"
+
+
+def test_the_error_check_wants_the_argument_named():
+    """The check of an error message: the old one (any argument or entry point followed by ':' or ' ',
+    anywhere) took "only try every value" for a message naming y; this one wants the entry point's own
+    argument as the message's subject, or its function for a FactorisationError."""
+    names = ("X", "y", "Z", "noise", "X_test", "kernel", "lengthscale", "variance", "jitter")
+    names += ("exact_gp", "sor", "rbfn_weights", "nystrom_krr", "rbf_ridge", "log_marginal_likelihood")
+    names += ("loo_log_density",)
+    loose = lambda msg: any(f"{a}:" in msg or f"{a} " in msg for a in names)  # noqa: E731
+    vague = "only try every value"
+    assert loose(vague)
+    accepted = [
+        ("exact_gp", ValueError("y: has 3 values but X has 2 rows")),
+        ("exact_gp", ValueError("X_test: has 2 input dimension(s) but X has 1")),
+        ("sor", ValueError("Z: has 1 duplicate inducing point(s); inducing inputs must be distinct")),
+        ("lml_sor", ValueError("noise: must be a finite positive number, got 0.0")),
+        ("loo_exact", linalg.FactorisationError("loo_log_density: a kernel matrix could not be factorised")),
+    ]
+    rejected = [
+        ("exact_gp", ValueError(vague)),
+        ("rbf_ridge", ValueError("every value of y is fine, only try again")),  # y named, not the subject
+        ("exact_gp", ValueError("Z: has 1 duplicate inducing point(s)")),  # exact_gp takes no Z
+        ("rbfn_weights", ValueError("X_test: has 2 input dimension(s) but X has 1")),  # nor X_test here
+        ("lml_exact", ValueError("kernel: expected a Kernel")),  # the test builds the kernel
+        ("sor", linalg.FactorisationError("exact_gp: a kernel matrix could not be factorised")),
+        ("sor", linalg.FactorisationError("Z: a kernel matrix could not be factorised")),
+        ("sor", ValueError("sor: not a FactorisationError")),
+    ]
+    for name, err in accepted:
+        _check_documented_error(name, err)
+    for name, err in rejected:
+        with pytest.raises(AssertionError, match="naming none of"):
+            _check_documented_error(name, err)
+    assert loose(str(rejected[1][1])) and loose(str(rejected[2][1]))
 
 
 def _cond(A):
@@ -236,7 +287,7 @@ def test_shapes_and_dtypes(dtype, n, M, ls):
     Z = X[:M]
     kernel = SquaredExponential(lengthscale=ls, variance=1.0)
     if M > n:
-        with pytest.raises(ValueError, match="Z"):
+        with pytest.raises(ValueError, match=r"^Z:"):
             conditional.sor(kernel, X, y, Z if M <= n else np.linspace(0, 1, M).astype(dtype), 0.1, Xs)
         return
     r = _call_all(kernel, X, y, Z, 0.1, Xs)
@@ -315,7 +366,7 @@ def test_bad_arguments_raise_value_error_naming_them(kwargs, match):
     for i, call in enumerate(calls):
         if match in uses and i not in uses[match]:
             continue
-        with pytest.raises(ValueError, match=match):
+        with pytest.raises(ValueError, match=rf"^{match}:"):
             call(args)
 
 
