@@ -18,7 +18,7 @@ from pathlib import Path
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    # the CLI's default for this data set (workflows.planning.DATASET_NUM_INDUCING); the library's is 64
+    # the CLI's default for this data set (bayes_rbfn.io.datasets.dataset_defaults); the library's is 64
     ap.add_argument("--num-inducing", type=int, default=20)
     ap.add_argument("--chains", type=int, default=4)
     ap.add_argument("--draws", type=int, default=1000)

@@ -20,11 +20,12 @@ from typing import Any
 
 from bayes_rbfn.cli.common import UserError, duration, summary_table
 from bayes_rbfn.cli.options import slug
+from bayes_rbfn.io.datasets import BIRTHDAYS
 
 __all__ = ["NAME", "BirthdaysPlan", "plan", "sample", "summarise", "wanted", "write"]
 
-#: The data set's name for ``--dataset`` (its description: ``planning.CASE_STUDIES``).
-NAME = "birthdays"
+#: The data set's name for ``--dataset`` (its description and defaults: :mod:`bayes_rbfn.io.datasets`).
+NAME = BIRTHDAYS
 
 #: Options of ``fit`` that choose a model or its data for other data sets: (attribute, flag).
 _NOT_APPLICABLE = (

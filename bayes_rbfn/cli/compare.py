@@ -40,15 +40,15 @@ from bayes_rbfn.cli.options import (
     sampler_arguments,
     slug,
 )
-from bayes_rbfn.io.datasets import Dataset
+from bayes_rbfn.io.datasets import Dataset, default_dataset
 from bayes_rbfn.workflows import planning
 from bayes_rbfn.workflows.planning import DEFAULT_KERNEL
 
 __all__ = ["ComparePlan", "convergence_lines", "plan_compare"]
 
 
-#: ``bayes-rbfn compare`` defaults: Snelson's benchmark, where SoR's collapsing variance is easy to see.
-DEFAULT_COMPARE_DATASET = "snelson"
+#: ``bayes-rbfn compare`` defaults: the data set marked for it in :mod:`bayes_rbfn.io.datasets`.
+DEFAULT_COMPARE_DATASET = default_dataset("compare")
 
 
 DEFAULT_COMPARE_MODELS = ("exact", "sor", "dtc", "fitc", "vfe")

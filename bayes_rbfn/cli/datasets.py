@@ -6,7 +6,7 @@ import argparse
 
 from bayes_rbfn.cli.common import PROG, Console, command
 from bayes_rbfn.cli.options import dataset_descriptions
-from bayes_rbfn.workflows.planning import DEFAULT_DATASET
+from bayes_rbfn.io.datasets import default_dataset
 
 __all__ = []
 
@@ -25,9 +25,10 @@ def _run_datasets(args: argparse.Namespace, console: Console) -> int:
     del args
     listed = dataset_descriptions()
     width = max(map(len, listed))
+    main_job = default_dataset()
     lines = [f"Packaged data sets (use one with: {PROG} fit --dataset NAME):"]
     for name, description in listed.items():
-        default = "  [default]" if name == DEFAULT_DATASET else ""
+        default = "  [default]" if name == main_job else ""
         lines.append(f"  {name:<{width}}  {description}{default}")
     console.result("\n".join(lines))
     return 0

@@ -78,11 +78,10 @@ from bayes_rbfn.defaults import (
     MAX_NUM_INDUCING,
     SEVERAL_INPUTS_MODEL,
 )
-from bayes_rbfn.io.datasets import Dataset
+from bayes_rbfn.io.datasets import Dataset, dataset_defaults, default_dataset
 from bayes_rbfn.io.reader import InputError
 from bayes_rbfn.workflows import planning
 from bayes_rbfn.workflows.planning import (
-    DEFAULT_DATASET,
     DEFAULT_EXTEND,
     DEFAULT_GROUPED_MODEL,
     DEFAULT_KERNEL,
@@ -92,10 +91,16 @@ from bayes_rbfn.workflows.planning import (
 if TYPE_CHECKING:
     from bayes_rbfn.infer.sampler import SamplerSettings
 
-__all__ = ["FitPlan", "FitResults"]
+__all__ = ["FitPlan", "FitResults", "plan_fit"]
 
 #: Groups drawn in the predictive plot of grouped data.
 MAX_GROUP_PANELS = 6
+
+
+def _own(field: str) -> str:
+    """``"dtc for --dataset co2; "``: the packaged data sets' own ``field`` of their defaults, for help."""
+    own = {name: getattr(dataset_defaults(name), field) for name in dataset_descriptions()}
+    return "".join(f"{value} for --dataset {name}; " for name, value in own.items() if value is not None)
 
 
 def _fit_arguments(parser: argparse.ArgumentParser) -> None:
@@ -131,7 +136,7 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
         "interrupted, 143 terminated (SIGTERM); after 74, 130 and 143 the sampling is kept for --resume."
     )
 
-    data_arguments(parser, DEFAULT_DATASET, grouped=True)
+    data_arguments(parser, default_dataset(), grouped=True)
     parser.add_argument(
         "--years",
         type=positive_int,
@@ -144,7 +149,7 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
         "--model",
         metavar="NAME",
         type=one_of("model", model_names),
-        help=f"model (default {DEFAULT_MODEL}; dtc for the co2 data set; {DEFAULT_GROUPED_MODEL} for grouped "
+        help=f"model (default {DEFAULT_MODEL}; {_own('model')}{DEFAULT_GROUPED_MODEL} for grouped "
         f"data; rbfn for a non-Gaussian --likelihood; for a CSV file with several --x columns exact up to "
         f"{EXACT_MAX_POINTS} rows, else {SEVERAL_INPUTS_MODEL}); listed below",
     )
@@ -160,14 +165,15 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="MEAN",
         type=mean_option,
         default=None,
-        help="prior mean of the latent f: constant (the data's mean, not sampled; the default, but linear "
-        "for the co2 data set), zero, linear (intercept and slopes sampled), or a number",
+        help=f"prior mean of the latent f (default {_own('mean')}else constant): constant (the data's mean, "
+        "not sampled), zero, linear (intercept and slopes sampled), or a number",
     )
     kernel_arguments(
         model,
-        "co2 for the co2 data set, else " + DEFAULT_KERNEL,
-        f"min({DEFAULT_NUM_INDUCING}, distinct inputs) for one input or the rbfn model; with several inputs "
-        f"the largest multiple of 32 up to {MAX_NUM_INDUCING} with N·M² ≤ {INDUCING_WORK:,}, at least "
+        f"{_own('kernel')}else {DEFAULT_KERNEL}",
+        _own("num_inducing")
+        + f"min({DEFAULT_NUM_INDUCING}, distinct inputs) for one input or the rbfn model; with several "
+        f"inputs the largest multiple of 32 up to {MAX_NUM_INDUCING} with N·M² ≤ {INDUCING_WORK:,}, at least "
         f"{DEFAULT_NUM_INDUCING} (on a GPU up to {ACCELERATOR_MAX_NUM_INDUCING} with N·M² ≤ "
         f"{ACCELERATOR_INDUCING_WORK:,})",
     )
@@ -332,7 +338,7 @@ def _backtest_split(
     return X_fit, y_fit, (X_test, y_test)
 
 
-def _plan_fit(args: argparse.Namespace, console: Console, kept_Z: np.ndarray | None = None) -> FitPlan:
+def plan_fit(args: argparse.Namespace, console: Console, kept_Z: np.ndarray | None = None) -> FitPlan:
     """Load and check everything, so that no user error can surface after sampling has started.
 
     ``kept_Z``: the learned inducing inputs a resumed run kept (:func:`saved_inducing`), taken instead of
@@ -350,7 +356,7 @@ def _plan_fit(args: argparse.Namespace, console: Console, kept_Z: np.ndarray | N
     model, packaged = spec.name, data.name if args.data is None else ""
     X_fit, y_fit, held_out = _backtest_split(args, data, likelihood)
     test = _load_test(args, data, likelihood, notes)
-    kernel = args.kernel or planning.DATASET_KERNELS.get(packaged, DEFAULT_KERNEL)
+    kernel = args.kernel or planning.default_kernel(packaged)
     inducing = args.inducing or "kmeans"
     Z = None
     if spec.uses_inducing and kept_Z is not None:
@@ -365,7 +371,7 @@ def _plan_fit(args: argparse.Namespace, console: Console, kept_Z: np.ndarray | N
                 f"--inducing {inducing}: searches the VFE bound of a Gaussian GP; not for the {model!r} "
                 f"model with the {likelihood.name!r} likelihood (use kmeans)"
             )
-        default_M = planning.DATASET_NUM_INDUCING.get(packaged)
+        default_M = planning.packaged_defaults(packaged).num_inducing
         try:  # a backtest chooses Z from the fitted rows
             Z = planning.choose_inducing(
                 X_fit,
@@ -426,8 +432,7 @@ def _plan_fit(args: argparse.Namespace, console: Console, kept_Z: np.ndarray | N
             seed=args.seed,
             target_accept=args.target_accept or DEFAULT_TARGET_ACCEPT,
             dense_mass=args.dense_mass,
-            max_tree_depth=args.max_tree_depth
-            or planning.DATASET_TREE_DEPTHS.get(packaged, planning.DEFAULT_MAX_TREE_DEPTH),
+            max_tree_depth=args.max_tree_depth or planning.default_max_tree_depth(packaged),
             init=args.init,
             progress=not args.quiet,
             checkpoint=partial_dir(Path(out)) / "sampler",
@@ -531,7 +536,7 @@ def _run_fit(args: argparse.Namespace, console: Console) -> int:
     job = birthdays if birthdays.wanted(args) else None
     with quiet_libraries():
         kept_Z = saved_inducing(partial) if resuming else None
-        plan = _plan_fit(args, console, kept_Z) if job is None else job.plan(args)
+        plan = plan_fit(args, console, kept_Z) if job is None else job.plan(args)
         # Held for the whole run: a second run on the same --out is refused at once, whatever it asks for.
         with output_lock(plan.out):
             if resuming:

@@ -23,12 +23,17 @@ from bayes_rbfn.defaults import (
     MAP_START_MIN_POINTS,
     MAX_TREE_DEPTH,
 )
-from bayes_rbfn.io.datasets import Dataset, list_datasets, load_dataset
+from bayes_rbfn.io.datasets import (
+    Dataset,
+    dataset_defaults,
+    dataset_options,
+    default_dataset,
+    list_case_studies,
+    list_datasets,
+    load_dataset,
+)
 from bayes_rbfn.io.reader import read_xy_csv
 from bayes_rbfn.workflows.planning import (
-    CASE_STUDIES,
-    DATASET_TREE_DEPTHS,
-    DEFAULT_DATASET,
     DEFAULT_MAX_TREE_DEPTH,
     MIN_ROWS,
     keep_groups,
@@ -211,9 +216,9 @@ def kernel_names() -> list[str]:
 def dataset_descriptions() -> dict[str, str]:
     """The packaged data sets with their one-line descriptions, and the collection's case studies.
 
-    The case studies are those that bring their own model (``birthdays``).
+    The case studies are those that bring their own model (:func:`~bayes_rbfn.io.datasets.list_case_studies`).
     """
-    return {**list_datasets(), **CASE_STUDIES}
+    return {**list_datasets(), **list_case_studies()}
 
 
 def dataset_names() -> list[str]:
@@ -305,8 +310,7 @@ def sampler_arguments(parser: argparse.ArgumentParser) -> None:
         type=tree_depth,
         metavar="D",
         help=f"NUTS takes at most 2^D − 1 steps per draw, D ≤ {MAX_TREE_DEPTH} "
-        f"(default {DEFAULT_MAX_TREE_DEPTH}; {DATASET_TREE_DEPTHS['co2']} for the co2 data set, "
-        f"{DATASET_TREE_DEPTHS['birthdays']} for birthdays)",
+        f"(default {DEFAULT_MAX_TREE_DEPTH}{_own_tree_depths()})",
     )
     sampler.add_argument(
         "--dense-mass",
@@ -324,6 +328,13 @@ def sampler_arguments(parser: argparse.ArgumentParser) -> None:
         "mode and a Laplace mass matrix: much shorter early warm-up for large data sets) or 'auto' "
         f"(default: map from {MAP_START_MIN_POINTS:,} data points on, else median)",
     )
+
+
+def _own_tree_depths() -> str:
+    """``"; 5 for --dataset co2, …"``: the packaged data sets' own tree depths, for --max-tree-depth."""
+    depths = {name: dataset_defaults(name).max_tree_depth for name in dataset_names()}
+    own = [f"{depth} for --dataset {name}" for name, depth in depths.items() if depth is not None]
+    return "; " + ", ".join(own) if own else ""
 
 
 def output_arguments(parser: argparse.ArgumentParser) -> Any:
@@ -347,8 +358,14 @@ def output_arguments(parser: argparse.ArgumentParser) -> Any:
     return output
 
 
-def load_data(args: argparse.Namespace, default_dataset: str = DEFAULT_DATASET) -> tuple[Dataset, str]:
-    """The data set to fit and a phrase saying where it came from."""
+def load_data(args: argparse.Namespace, default: str | None = None) -> tuple[Dataset, str]:
+    """The data set to fit and a phrase saying where it came from.
+
+    Args:
+        args: the parsed options.
+        default: the packaged data set fitted without a file or --dataset (None: the main job's,
+            :func:`~bayes_rbfn.io.datasets.default_dataset`).
+    """
     group_col = getattr(args, "group", None)
     max_groups = getattr(args, "max_groups", None)
     if args.data is not None and args.dataset is not None:
@@ -376,11 +393,11 @@ def load_data(args: argparse.Namespace, default_dataset: str = DEFAULT_DATASET) 
             f"{'/'.join(given)} name columns of a CSV file; give the file too "
             f"({PROG} fit DATA.csv --x COL --y COL), or drop {'/'.join(given)} to fit a packaged data set"
         )
-    name = args.dataset or default_dataset
-    if name in CASE_STUDIES:
+    name = args.dataset or default or default_dataset()
+    if name in list_case_studies():
         raise UserError(f"--dataset {name}: '{PROG} fit --dataset {name}' fits it, with its own model")
     options: dict[str, Any] = {}
-    if max_groups is not None and name == "fertility":
+    if max_groups is not None and "max_groups" in dataset_options(name):  # a loader that picks them itself
         options["max_groups"] = max_groups
     try:
         data = load_dataset(name, **options)

@@ -39,23 +39,23 @@ from bayes_rbfn.infer.loo import loo_r2, replayed_loo
 from bayes_rbfn.infer.replicates import flat_draws, replay
 from bayes_rbfn.infer.sampler import SamplerSettings, nuts_kernel, run_chains, sample_stats
 from bayes_rbfn.io import arviz_compat
+from bayes_rbfn.io.datasets import BIRTHDAYS, dataset_defaults
 from bayes_rbfn.models import birthdays as B
-from bayes_rbfn.workflows.planning import DATASET_TREE_DEPTHS
 
 __all__ = ["COMPONENT_DRAWS", "DEFAULT_SETTINGS", "components", "fit_birthdays"]
 
 #: The sampler's defaults for the case study: two chains of 500 + 500, a dense mass matrix over the 14
 #: sampled values (the hyperparameters of trend, year and week trend are correlated), target acceptance
 #: 0.95 (the potential's curvature along the week trend's lengthscale grows several-fold towards the
-#: posterior's small lengthscales, so a step size tuned to the bulk is too long there), at most 2⁸ − 1
-#: steps per draw.
+#: posterior's small lengthscales, so a step size tuned to the bulk is too long there), at most 2^D − 1
+#: steps per draw at the data set's own tree depth D (its record in :mod:`bayes_rbfn.io.datasets`).
 DEFAULT_SETTINGS = SamplerSettings(
     chains=2,
     warmup=500,
     draws=500,
     target_accept=0.95,
     dense_mass=True,
-    max_tree_depth=DATASET_TREE_DEPTHS["birthdays"],
+    max_tree_depth=dataset_defaults(BIRTHDAYS).max_tree_depth,
 )
 
 #: Draws (over all chains) at which :func:`components` is evaluated by :func:`fit_birthdays`.
@@ -144,7 +144,7 @@ def fit_birthdays(
     args = data["model_args"]
     N = len(data["y"])
     kernel = nuts_kernel(B.birthdays_model, args, settings, num_points=N)
-    record = {"model": "birthdays", "years": years}
+    record = {"model": BIRTHDAYS, "years": years}
     samples, stats = run_chains(kernel, args, settings, run_record=record, on_chunk=on_chunk)
     posterior = {k: np.asarray(v) for k, v in samples.items() if k not in _UNSTORED}
     dims = {
@@ -198,5 +198,5 @@ def fit_birthdays(
     idata.log_likelihood.attrs["loo_r2"] = loo_r2(idata, data["y"], loo_values, residuals)
     scales = {k: float(data[k]) for k in ("t_mean", "t_sd", "y_mean", "y_sd", "births_mean", "period")}
     idata.constant_data.attrs.update({f"bayes_rbfn_{k}": v for k, v in scales.items()})
-    idata.posterior.attrs.update({"bayes_rbfn_model": "birthdays", "bayes_rbfn_years": years or 0})
+    idata.posterior.attrs.update({"bayes_rbfn_model": BIRTHDAYS, "bayes_rbfn_years": years or 0})
     return idata

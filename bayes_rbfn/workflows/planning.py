@@ -1,7 +1,8 @@
 """Planning a fit or a comparison from a data set.
 
-The defaults each packaged data set takes, the choice of model, mean and inducing inputs, the prediction
-grid, group selection and the train/test split.
+The general defaults, and those of a packaged data set read from its record in the data layer
+(:func:`~bayes_rbfn.io.datasets.dataset_defaults`); the choice of model, mean and inducing inputs, the
+prediction grid, group selection and the train/test split.
 
 Pure NumPy on a :class:`~bayes_rbfn.io.datasets.Dataset`; nothing is sampled, printed or written. Errors are
 ``ValueError`` whose message starts with the argument at fault (``"num_inducing 80 is more than ..."``), for
@@ -12,16 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from bayes_rbfn.io.datasets import Dataset
+from bayes_rbfn.io.datasets import Dataset, DatasetDefaults, dataset_defaults
 
 __all__ = [
-    "CASE_STUDIES",
-    "DATASET_KERNELS",
-    "DATASET_MEANS",
-    "DATASET_MODELS",
-    "DATASET_NUM_INDUCING",
-    "DATASET_TREE_DEPTHS",
-    "DEFAULT_DATASET",
     "DEFAULT_EXTEND",
     "DEFAULT_GROUPED_MODEL",
     "DEFAULT_KERNEL",
@@ -33,9 +27,12 @@ __all__ = [
     "MIN_ROWS",
     "check_data_scales",
     "choose_inducing",
+    "default_kernel",
+    "default_max_tree_depth",
     "default_mean",
     "default_model",
     "keep_groups",
+    "packaged_defaults",
     "pool_groups",
     "prediction_grid",
     "prediction_inputs",
@@ -45,17 +42,8 @@ __all__ = [
 #: Fewest rows a data set may have.
 MIN_ROWS = 3
 
-#: The main job's defaults (``bayes-rbfn fit`` with no arguments).
-DEFAULT_DATASET = "co2"
 
-#: The packaged case studies that bring their own model (``bayes-rbfn fit --dataset NAME`` fits it), with
-#: their line in the lists of data sets.
-CASE_STUDIES = {
-    "birthdays": "US births per day 1969–1988 (7,305 days), the Birthdays case study's additive model; "
-    "option --years",
-}
-
-
+#: The general defaults of a fit; a packaged data set's own (:func:`packaged_defaults`) replace them.
 DEFAULT_MODEL = "sor"
 
 
@@ -65,35 +53,7 @@ DEFAULT_GROUPED_MODEL = "grouped"
 DEFAULT_KERNEL = "se"
 
 
-#: Packaged data sets whose natural kernel family is not the default one.
-DATASET_KERNELS = {"co2": "co2"}
-
-
-#: Packaged data sets with their own default model and prior mean. co2: the main job forecasts, so it takes
-#: the model and mean that the backtests on the record itself calibrated (docs/cli.md, the main job's
-#: backtests): DTC keeps the prior variance past the data that SoR loses, and a sampled linear mean
-#: carries the rise forward.
-DATASET_MODELS = {"co2": "dtc"}
-
-
-DATASET_MEANS = {"co2": "linear"}
-
-
 DEFAULT_MAX_TREE_DEPTH = 10
-
-
-#: Packaged data sets with a smaller default NUTS tree depth. For co2 the first ~100 warm-up iterations,
-#: before the mass matrix adapts, run to the full depth (1023 steps at depth 10) and take most of the
-#: run; once adapted a draw takes ~7 steps, well below 2^5 − 1 = 31, so the cap only shortens that start,
-#: with the same r_hat and ESS (benchmarks/README.md, *The main job's tree depth*).
-#: For birthdays too the first warm-up trees are the long ones (benchmarks/README.md, *Birthdays*).
-DATASET_TREE_DEPTHS = {"co2": 5, "birthdays": 8}
-
-
-#: Data sets with their own default M. coal: 111 years and a rate that varies over ~20 years; the weights
-#: are sampled (Poisson RBFN), and 20 centres 5.5 years apart fit as well as 64 at a fifth of the time
-#: (benchmarks/README.md, *The targets and the latest figures*).
-DATASET_NUM_INDUCING = {"coal": 20}
 
 
 DEFAULT_EXTEND = 0.1
@@ -205,6 +165,25 @@ def _grid_end(lo: float, hi: float, extend: float) -> float:
     return end
 
 
+def packaged_defaults(dataset: str) -> DatasetDefaults:
+    """A packaged data set's own defaults (:func:`~bayes_rbfn.io.datasets.dataset_defaults`); none for "".
+
+    Args:
+        dataset: the packaged data set's name ("" for a user's file).
+    """
+    return dataset_defaults(dataset) if dataset else DatasetDefaults()
+
+
+def default_kernel(dataset: str) -> str:
+    """The kernel family a fit takes when none is named: the data set's own, else :data:`DEFAULT_KERNEL`."""
+    return packaged_defaults(dataset).kernel or DEFAULT_KERNEL
+
+
+def default_max_tree_depth(dataset: str) -> int:
+    """NUTS' tree depth when none is given: the data set's own, else :data:`DEFAULT_MAX_TREE_DEPTH`."""
+    return packaged_defaults(dataset).max_tree_depth or DEFAULT_MAX_TREE_DEPTH
+
+
 def pool_groups(data: Dataset) -> Dataset:
     """The same data without their group codes (an ungrouped model fits all groups as one)."""
     return Dataset(
@@ -246,15 +225,15 @@ def default_model(
         return DEFAULT_GROUPED_MODEL
     if not dataset and n_inputs > 1:
         return "exact" if n_points <= EXACT_MAX_POINTS else SEVERAL_INPUTS_MODEL
-    return DATASET_MODELS.get(dataset, DEFAULT_MODEL)
+    return packaged_defaults(dataset).model or DEFAULT_MODEL
 
 
 def default_mean(dataset: str, *, takes_linear_mean: bool) -> str:
     """The prior mean a fit takes when none is named: the data set's own where the model takes it.
 
-    Else ``"constant"``. The data set's own is linear for co2.
+    Else ``"constant"``.
     """
-    mean = DATASET_MEANS.get(dataset, "constant")
+    mean = packaged_defaults(dataset).mean or "constant"
     return "constant" if mean == "linear" and not takes_linear_mean else mean
 
 
