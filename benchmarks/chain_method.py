@@ -1,4 +1,4 @@
-"""Several chains on one CPU device: vectorised (batched in one program) or one after the other (issue 20).
+"""Several chains on one CPU device: vectorised (batched in one program) or one after the other.
 
 ``fit`` runs its chains in parallel when there is a device per chain. With fewer devices it chose
 ``"vectorized"`` until 26 Nov 2026. This script measures that choice against ``"sequential"`` on the shipped

@@ -1,6 +1,6 @@
 """The Poisson RBFN on the coal-mining disaster counts: wall time of ``fit`` at 4 chains × (1,000 + 1,000).
 
-Issue 16's target: under a minute on 2 cores. Runs the fit twice in one process: the first run includes
+The target: under a minute on 2 cores. Runs the fit twice in one process: the first run includes
 compiling (the figure a user sees on a cold start without the persistent cache), the second reuses the
 compiled sampler. Reports both, with the minimum bulk ESS over the hyperparameters and the divergences.
 Writes ``benchmarks/results/coal/coal.md`` and ``.json``.

@@ -1,5 +1,5 @@
 """Two processes against one on the same machine: the SoR log density and gradient on JAX's multi-process
-runtime (issue 45's performance measurement).
+runtime.
 
 For each N, the value and gradient of the SoR log marginal likelihood (M = 64, 1-D inputs, the package's
 streamed pass) are timed

@@ -1,4 +1,4 @@
-"""ESS per second: ``bayes_rbfn.fit("sor")`` against the SoR model a NumPyro user writes by hand (issue 20).
+"""ESS per second: ``bayes_rbfn.fit("sor")`` against the SoR model a NumPyro user writes by hand.
 
 For each N in ``--sizes`` and D in ``--dims`` (synthetic smooth function of D inputs plus noise, fixed seed;
 M = 32 inducing inputs at N ≤ 1,000, else 64; Z = ``select_inducing(X, M, seed=0)`` for every sampler,
@@ -434,7 +434,7 @@ def main(argv=None) -> None:
     def write(results: list[dict], complete: bool) -> list[str]:
         """Both files, after every run: a long run that stops keeps what it measured."""
         meta["load_1min_end"] = os.getloadavg()[0]
-        title = '# `fit("sor")` against a hand-written NumPyro SoR model: ESS per second (issue 20)'
+        title = '# `fit("sor")` against a hand-written NumPyro SoR model: ESS per second'
         status = [] if complete else ["*Incomplete: the run is still going or stopped early.*", ""]
         lines = [title, "", *status, *table(results), "", *notes(args, meta)]
         record = {

@@ -1,4 +1,4 @@
-"""The GPU measurements of issue 20 (target 3), on whatever device ``--device`` names.
+"""The GPU measurements, on whatever device ``--device`` names.
 
 1. ``grad``: value + gradient of the SoR log marginal likelihood in (ℓ, s², σ) at N = 10⁶, M = 256,
    float64 and ``precision="mixed"`` (jitted, data as arguments; the minimum and median of interleaved

@@ -1,4 +1,4 @@
-"""Mixed precision of the streamed O(NM²) pass (issue 20, target 2): error and speed against float64.
+"""Mixed precision of the streamed O(NM²) pass: error and speed against float64.
 
 ``precision="mixed"`` (:mod:`bayes_rbfn.gp.woodbury_sums`, *Mixed precision*) forms each chunk's kernel
 block and its products in float32 and adds them to float64 sums; the factorisations stay float64. For the

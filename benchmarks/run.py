@@ -1,4 +1,4 @@
-"""Benchmarks of the SoR fast path (issue 7) and the sor/exact timing table (issue 3).
+"""Benchmarks of the SoR fast path against its targets, and the sor/exact timing table.
 
 One command (from the repository root):
 
@@ -171,7 +171,7 @@ def write_report(results: dict, outdir: Path, scale: str) -> None:
         r = results.get(module.NAME)
         if r and "_error" not in r:
             module.targets(r, report)
-    lines += ["## Issue 7 targets", "", "| target | measured | | notes |", "|---|---|---|---|"]
+    lines += ["## The targets", "", "| target | measured | | notes |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in report.rows]
     lines.append("")
     for module in REPORT_TABLES:

@@ -1,4 +1,4 @@
-"""The GPU path stays tested on a CPU-only machine (issue 20): nothing the package does assumes a CPU.
+"""The GPU path stays tested on a CPU-only machine: nothing the package does assumes a CPU.
 
 On a GPU (or TPU) backend the host's BLAS thread pools are left alone — the CPU-specific setting
 :func:`bayes_rbfn.runtime.single_threaded_blas` is a no-op there — and several chains on one device run

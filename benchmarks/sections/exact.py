@@ -1,4 +1,4 @@
-"""Against the exact GP (issue 7): ESS/s of the hyperparameters at N = 2,000, ``sor`` (M = 64) and ``exact``.
+"""Against the exact GP: ESS/s of the hyperparameters at N = 2,000, ``sor`` (M = 64) and ``exact``.
 
 Both models are fit on the same 1-D data with one chain of the same length; ESS/s is the smallest bulk ESS
 of lengthscale, variance and noise over the sampling time (compile excluded). The target: sor ≥ 20× exact.

@@ -1,4 +1,4 @@
-"""Near the floor (issue 7): the SoR log density and its gradient against what no exact SoR likelihood can
+"""Near the floor: the SoR log density and its gradient against what no exact SoR likelihood can
 avoid.
 
 One exact SoR likelihood cannot avoid forming K_fu and the M×M product K_uf K_fu. Both are timed on arrays

@@ -1,4 +1,4 @@
-"""Memory (issue 8): peak resident memory of fitting N = 10⁶ points (M = 64) and predicting 10⁵ test points.
+"""Memory: peak resident memory of fitting N = 10⁶ points (M = 64) and predicting 10⁵ test points.
 
 The target is a stated bound (4 GiB) on a 24 GiB machine. The section runs in a fresh process, so the peak
 RSS (``ru_maxrss``) is this work's alone; it is recorded before the fit, after the fit and after the
@@ -19,7 +19,7 @@ TARGETS = {"memory_gib": 4.0}
 
 
 def run(cfg, clock):
-    """Issue 8: peak RSS of fitting N = 10⁶ points (M = 64) and predicting 10⁵ test points from the fit.
+    """Peak RSS of fitting N = 10⁶ points (M = 64) and predicting 10⁵ test points from the fit.
 
     Memory does not depend on how long NUTS runs (the draws are M-independent scalars), so the fit is
     short and its trees capped (``max_tree_depth``) to bound the time; the prediction then covers every
@@ -74,7 +74,7 @@ def targets(r, report):
     if "peak_rss_mb" in r:
         report.rows.append(
             (
-                f"Memory (issue 8): fit N = {r['N']:,} (M = {r['M']}) and predict "
+                f"Memory: fit N = {r['N']:,} (M = {r['M']}) and predict "
                 f"{r['test_points']:,} test points within a stated bound on a 24 GiB machine",
                 f"peak RSS {r['peak_rss_mb'] / 1024:.2f} GiB "
                 f"(fit alone {r['peak_rss_fit_mb'] / 1024:.2f} GiB)",

@@ -1,4 +1,4 @@
-"""A million points (issue 7): one chain of 500 + 500 iterations at N = 10⁶, M = 64 within 15 minutes.
+"""A million points: one chain of 500 + 500 iterations at N = 10⁶, M = 64 within 15 minutes.
 
 The chain runs within a wall-clock budget (``MILLION_BUDGET_MIN``, default the target's 15 minutes;
 ``MILLION_WARMUP`` / ``MILLION_DRAWS`` change the schedule, ``MILLION_INIT`` the starting point) and

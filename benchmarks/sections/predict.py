@@ -1,4 +1,4 @@
-"""Prediction (issue 20, target 4): per-draw predictive moments for 4,000 draws × 10,000 test points.
+"""Prediction: per-draw predictive moments for 4,000 draws × 10,000 test points.
 
 A short ``sor`` chain (200 + 200) is resampled with replacement to ``draws`` draws (the cost of predicting
 does not depend on how the draws were obtained), then ``predictive.predict`` is timed on a first call

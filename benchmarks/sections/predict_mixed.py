@@ -1,4 +1,4 @@
-"""Prediction in mixed precision (issue 20, target 4, with ``precision="mixed"`` where it is accurate).
+"""Prediction in mixed precision (``precision="mixed"`` where it is accurate).
 
 3-D inputs with inducing inputs on a grid (K_uu well conditioned), fit with mixed precision; the same
 posterior is then predicted in mixed precision and in float64, interleaved, and the per-draw moments
@@ -19,7 +19,7 @@ QUICK = {"N": 1_000, "grid": 4, "draws": 400, "points": 2_000}
 
 
 def run(cfg, clock):
-    """Issue 20 target 4 with ``precision="mixed"`` where it is accurate: 3-D inputs on [0, 10]³ with a
+    """The prediction target with ``precision="mixed"`` where it is accurate: 3-D inputs on [0, 10]³ with a
     target that varies along every input, M = grid³ inducing inputs on a grid (2.5 apart for grid 4, about
     two lengthscales: K_uu well conditioned), fit with mixed precision; then the same 4,000-draw posterior
     predicted in mixed precision and in float64, interleaved (warm calls, 3 each), and the per-draw moments

@@ -1,4 +1,4 @@
-"""Linear in N (issue 7): time per SoR log density + gradient from N = 10⁴ to 10⁶ at M = 64.
+"""Linear in N: time per SoR log density + gradient from N = 10⁴ to 10⁶ at M = 64.
 
 At each N the ``sor`` gradient and the floor (forming K_fu and K_uf K_fu, streamed, and materialised too up
 to N = 300,000; the faster of the two) are timed, interleaved; the slope of a least-squares line through

@@ -1,4 +1,4 @@
-"""sor against exact (issue 3): seconds per log density + gradient, and ESS/s of the hyperparameters.
+"""sor against exact: seconds per log density + gradient, and ESS/s of the hyperparameters.
 
 For each N, the ``sor`` model (M = 64) is fit with one chain of NUTS on 1-D data and its seconds per log
 density + gradient timed apart; the ``exact`` GP's gradient is timed at the smaller N, and it is sampled up
@@ -96,7 +96,7 @@ def run(cfg, clock):
 
 def tables(r, report):
     lines = [
-        "## sor and exact: time per gradient and ESS/s (issue 3)",
+        "## sor and exact: time per gradient and ESS/s",
         "",
         "1-D, M = 64, one chain; ESS/s = smallest bulk ESS of lengthscale, variance, noise over "
         "the sampling time (warm-up + draws, compile excluded).",

@@ -1,4 +1,4 @@
-"""`bayes-rbfn compare` (issue 6): an end-to-end comparison on Snelson's data, its output folder, the held-out
+"""`bayes-rbfn compare`: an end-to-end comparison on Snelson's data, its output folder, the held-out
 density recomputed independently from the stored draws, and the bad inputs it refuses.
 
 The held-out check does not trust the library's mixture code: it rebuilds the split from the training inputs

@@ -1,11 +1,11 @@
-"""Property-based: the command line's arguments (issue 19). For generated values of every option of
+"""Property-based: the command line's arguments. For generated values of every option of
 ``bayes-rbfn fit`` — integers far out of range, NaN, ±inf, 1e308, text, empty strings, unicode — the CLI
 either exits 2 with exactly one line ``bayes-rbfn: error: …`` on stderr, no traceback and nothing written,
 or hands ``fit`` arguments that the library itself accepts (its own validation: ``build_model``,
 ``SamplerSettings`` and the backtest split all run on them). Nothing else may happen: an exception of any
 other kind escaping ``main`` fails the property.
 
-The output folder is generated too (issue 41): missing, empty, an earlier result (written here or moved
+The output folder is generated too: missing, empty, an earlier result (written here or moved
 here) with or without the user's files in it, a user's folder, a file; named directly, through a symbolic
 link or a chain of two; on a read-only file system. A moved interrupted run (its ``run.json`` of either
 version) must still be found by ``--resume``. Each case exits 2 in one line or reaches sampling, as the

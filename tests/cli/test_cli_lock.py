@@ -1,4 +1,4 @@
-"""Two runs on one output folder (issue 19, class 1): the first holds a lock on ``OUT`` and ``OUT.partial``
+"""Two runs on one output folder: the first holds a lock on ``OUT`` and ``OUT.partial``
 for its whole run; a second run — a new fit, the same fit with ``--overwrite``, or ``--resume`` — is refused
 at once with exit status 2 and a message saying the folder is in use by a live run, and the first run
 finishes unharmed. A lock left by a killed run is stale (the operating system released it with the process)

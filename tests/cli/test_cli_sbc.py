@@ -1,4 +1,4 @@
-"""`bayes-rbfn sbc` (issue 8): the output folder, the χ² statistics recomputed independently from the written
+"""`bayes-rbfn sbc`: the output folder, the χ² statistics recomputed independently from the written
 ranks with SciPy, and the bad inputs it refuses (exit status 2, nothing written)."""
 
 from __future__ import annotations

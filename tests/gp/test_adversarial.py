@@ -1,4 +1,4 @@
-"""Adversarial, property-based tests of the public entry points (issue 8 part 1).
+"""Adversarial, property-based tests of the public entry points.
 
 Property (every test below): a public entry point either returns finite values of the input dtype — equal
 to the dense NumPy reference (:mod:`tests.reference`) when the problem is well conditioned — or raises
@@ -189,7 +189,7 @@ def _compare_with_reference(results, spec, X, y, Z, noise, Xs):
         np.testing.assert_allclose(
             results["rbfn_weights"].cov, wc, rtol=RTOL, atol=RTOL * float(np.max(np.abs(wc)))
         )
-        # lml_sor takes yᵀ(Q_ff + σ²I)⁻¹y from the residuals of the weight mean (no cancellation; issue 19,
+        # lml_sor takes yᵀ(Q_ff + σ²I)⁻¹y from the residuals of the weight mean (no cancellation;
         # test_woodbury_small_noise_* and tests/gp/test_small_noise.py), so these conditions suffice for it.
         np.testing.assert_allclose(results["lml_sor"], ref.logpdf(y, Csor), rtol=RTOL, atol=RTOL * n)
         # nystrom_krr and loo_sor still apply (Q_ff + σ²I)⁻¹ through Woodbury: diag(C⁻¹) = 1/σ² − ‖V_:i‖² and
@@ -387,8 +387,8 @@ def test_nystrom_krr_small_noise_equals_sor_mean():
 
 def test_woodbury_small_noise_sor_log_marginal_single_point():
     """N = M = 1, Z = X, s² = 1, σ = 1e-6 and 1e-8: C = 1/(1+1e-8) + σ² is a well-conditioned 1×1 'matrix'.
-    The Woodbury form yᵀy/σ² − ‖c‖² missed log N(y | 0, C) by 8e-5 relative at σ = 1e-6 and 0.7 at 1e-8
-    (issue 8 report); from the residuals, yᵀC⁻¹y = r²/σ² + ‖L_uuᵀ m‖², it is within 3e-15 (issue 19).
+    The Woodbury form yᵀy/σ² − ‖c‖² missed log N(y | 0, C) by 8e-5 relative at σ = 1e-6 and 0.7 at 1e-8;
+    from the residuals, yᵀC⁻¹y = r²/σ² + ‖L_uuᵀ m‖², it is within 3e-15.
     Neighbours (N > 1, M < N, four kernels, gradients, LOO): tests/gp/test_small_noise.py."""
     X, y = np.array([[0.63696169]]), np.array([0.92951458])
     k = SquaredExponential(lengthscale=1.0, variance=1.0)

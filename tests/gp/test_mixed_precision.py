@@ -1,4 +1,4 @@
-"""``precision="mixed"`` of the streamed O(NM²) pass (:mod:`bayes_rbfn.gp.woodbury_sums`, issue 20 target 2).
+"""``precision="mixed"`` of the streamed O(NM²) pass (:mod:`bayes_rbfn.gp.woodbury_sums`).
 
 Mixed precision forms each chunk's kernel block and its products in float32 and adds them to float64 sums;
 every factorisation stays float64. Here it is compared with the float64 pass and with an independent dense

@@ -1,7 +1,7 @@
 """SoR's log marginal likelihood, its gradient and its LOO conditionals at small noise (σ/s = 1e-6, 1e-8).
 
 The Woodbury form of the quadratic form, yᵀC⁻¹y = yᵀD⁻¹y − ‖c‖², subtracts two numbers of size ‖y‖²/σ²
-and lost every digit by σ/s ≈ 1e-8 (issue 19). The library now takes it from the residuals of the weight
+and lost every digit by σ/s ≈ 1e-8. The library now takes it from the residuals of the weight
 mean, yᵀC⁻¹y = rᵀD⁻¹r + ‖L_uuᵀ m‖² (:meth:`bayes_rbfn.gp.linalg.Woodbury.with_residuals`). Here the
 value, its gradient in the log hyperparameters and the LOO conditionals are checked against a reference
 carried to 60 significant digits with the standard library's :mod:`decimal` (kernel, Nyström covariance,

@@ -343,7 +343,7 @@ def test_sor_model_matches_dense_formulas(chunk):
 def test_eager_passes_compile_once():
     """Called eagerly again with new values of the same shapes, the streamed passes (the factor, the LOO
     conditionals with and without the leave-block-out pass, the predictive moments, the Nyström residual)
-    trace, lower and compile nothing: each pass is one program kept by its settings (issue 20: until
+    trace, lower and compile nothing: each pass is one program kept by its settings (until
     27 Nov 2026 every eager call traced and lowered its scans anew, ~0.4 s a call). The second call's
     values are those of the dense formulas."""
     data, _ = _model_problem(N=300, M=12)

@@ -1,4 +1,4 @@
-"""A checkpoint's manifest is checked field by field before any file is trusted (issue 19, class 7): an
+"""A checkpoint's manifest is checked field by field before any file is trusted: an
 edited ``checkpoint.json`` — a moved ``iterations_done``, a missing field, a wrong type, a file that does
 not belong to the run — is refused as corrupt, and the folder is left as it was. So is a manifest whose
 chunks do not hold exactly the kept iterations up to iterations_done (a gap, an overlap, an extra chunk),

@@ -1,4 +1,4 @@
-"""A fit that cannot give an answer says why (issue 19, classes 4 and 9): a degenerate model names the
+"""A fit that cannot give an answer says why: a degenerate model names the
 settings that made it so; NaN in the predictions or log-likelihood is an error, never a result; the
 convergence report words a one-chain run and its problems as sentences."""
 

@@ -1,4 +1,4 @@
-"""MCMC against analytic moments: NUTS results agree with the conditional-Gaussian formulas (issue 3).
+"""MCMC against analytic moments: NUTS results agree with the conditional-Gaussian formulas.
 
 Every comparison is in units of Monte-Carlo standard error computed from ArviZ's ESS (never the raw
 draw count), at the multiple ``K_MCSE`` of tests/stochastic.py; seeds come from there too (shifted by
@@ -437,7 +437,7 @@ def test_predict_from_file_equals_stored_predictions(full_fits, tmp_path):
 
 def test_predict_again_compiles_nothing(full_fits, tmp_path):
     """A second predict() of the same model and shapes, in memory or from the file (a model rebuilt anew),
-    reuses the compiled predictive: JAX reports no backend compilation and no trace (issue 20)."""
+    reuses the compiled predictive: JAX reports no backend compilation and no trace."""
     _, _, sor, _ = full_fits
     path = tmp_path / "inference.nc"
     write_inference_data(sor, path)

@@ -1,4 +1,4 @@
-"""Compiled programs kept by their traced program (:mod:`bayes_rbfn.infer.programs`, issue 20 target 1).
+"""Compiled programs kept by their traced program (:mod:`bayes_rbfn.infer.programs`).
 
 What it must do: a new closure that lowers to the same program reuses the compiled executable (no XLA
 compilation, the same numbers), and a different program is never served in its place — different

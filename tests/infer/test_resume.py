@@ -1,4 +1,4 @@
-"""Interrupted runs lose nothing (issue 8): chunked sampling with checkpoints, `bayes-rbfn fit --resume`.
+"""Interrupted runs lose nothing: chunked sampling with checkpoints, `bayes-rbfn fit --resume`.
 
 What is proved:
 * the one NUTS loop (bayes_rbfn.infer.sampler) returns NumPyro's own MCMC.run draws bit for bit, with or
@@ -376,7 +376,7 @@ def test_foreign_folder_is_refused_and_left_untouched(tmp_path, capsys, kind):
 
 
 # --------------------------------------------------------------------------------------------------
-# Faults after start-up (issue 19, classes 3 and 8): a full disk, a crash; resuming from elsewhere
+# Faults after start-up: a full disk, a crash; resuming from elsewhere
 
 
 def hidden_temporaries(folder: Path) -> list[str]:
@@ -527,7 +527,7 @@ def test_a_moved_project_resumes_and_a_filled_output_folder_gets_advice_that_wor
 
 
 # --------------------------------------------------------------------------------------------------
-# Issue 41: an edited manifest, a full disk while inference.nc is written, SIGTERM and repeated Ctrl-C
+# An edited manifest, a full disk while inference.nc is written, SIGTERM and repeated Ctrl-C
 
 #: A fit of one chain, 10 warm-up iterations and 10 draws, checkpointed after every iteration.
 SHORT = ["--num-inducing", "6", "--chains", "1", "--warmup", "10", "--draws", "10", "--checkpoint-every", "1"]

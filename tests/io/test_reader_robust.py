@@ -1,4 +1,4 @@
-"""read_xy_csv on valid inputs it used to refuse or misread (issue 19, class 10): a header wider than the
+"""read_xy_csv on valid inputs it used to refuse or misread: a header wider than the
 first 64 KiB, a Latin-1 byte far into the file, ``#`` comment lines, decimal commas, pipes and FIFOs.
 
 Every expected value is what the test wrote, never what the reader returned for another input.

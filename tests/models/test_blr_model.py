@@ -1,4 +1,4 @@
-"""The ``blr`` model of the collection (issue 5): Bishop's BLR with Gaussian basis functions at Z.
+"""The ``blr`` model of the collection: Bishop's BLR with Gaussian basis functions at Z.
 
 Each piece of the model against a reference that does not share its code path:
 
