@@ -6,12 +6,10 @@ process call these explicitly:
 
 * :func:`enable_x64` — float64 everywhere (the CLI and the tests run in float64);
 * :func:`enable_compilation_cache` — JAX's persistent compilation cache, so a second run of the same
-  model and data shapes skips XLA compilation (benchmarks/README.md, *Compiled programs and the persistent
-  cache*);
+  model and data shapes skips XLA compilation;
 * :func:`limit_blas_threads` / :func:`single_threaded_blas` — one OpenBLAS thread: JAX's CPU LAPACK
   kernels (Cholesky, triangular solves) run in SciPy's OpenBLAS, whose worker threads otherwise compete
-  with XLA's for the same cores and slow small solves many times over (benchmarks/README.md, *Latest
-  results on this machine*);
+  with XLA's for the same cores and slow small solves many times over;
 * :func:`use_host_devices` — expose N CPU devices so NUTS chains run in parallel, one per core; must
   run before JAX initialises its backend (before the first computation);
 * :func:`initialize_distributed` — join a run of several processes (one per host) through JAX's
@@ -139,8 +137,7 @@ def _load_lapack() -> None:
 
     threadpoolctl only limits libraries already loaded, and jaxlib loads SciPy's OpenBLAS on its first
     Cholesky or triangular solve: a limit set before that would not reach it, and its spinning threads
-    would slow every log density with a Cholesky inside (benchmarks/README.md, *Latest results on this
-    machine*).
+    would slow every log density with a Cholesky inside.
     """
     import scipy.linalg.cython_lapack  # noqa: F401
 

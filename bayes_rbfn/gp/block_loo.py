@@ -351,8 +351,8 @@ def sor_loo(
     Cost: the leave-block-out pass is one tall-skinny QR per chunk, in chunks holding a flagged point two
     (M+1+b)×(M+1) QRs per leaf of b ≈ M points (its prefix and suffix), and in leaves holding one a pivoted
     (3M+2)×M QR and an (M+b)×b one: several times the Woodbury pass's cost with one point flagged and tens
-    of times with every chunk flagged, more with OpenBLAS's default threads than with one (small QRs;
-    benchmarks/README.md, *The leave-block-out LOO pass*).
+    of times with every chunk flagged, more with OpenBLAS's default threads than with one (the QRs are
+    small).
     It is skipped wholly when no point is flagged. Under ``vmap`` (one evaluation per posterior draw) it runs
     for the whole batch when any member has a flagged point and for none otherwise
     (:func:`_any_over_batch`: never a select that runs it for every evaluation). The flagged values carry no

@@ -111,7 +111,7 @@ def full_precision(fn: Callable) -> Callable:
     JAX's default lets a GPU round the inputs of float32 products to TF32 (a 10-bit mantissa); a CPU is not
     affected. With TF32 products the mixed SoR log density is off by far more than float32 rounding with
     well-separated inducing inputs and by O(1) with dense ones, and the plain float32 pass's sums lose
-    digits against full float32 ones (benchmarks/README.md, *Full-precision products*). Float64 products
+    digits against full float32 ones. Float64 products
     are exact in either setting, so only float32 work changes, and only off the CPU.
     """
 

@@ -20,8 +20,8 @@ data (:func:`data_mesh`, :func:`shard_data`), and the casts of the ``precision``
   (any count dividing the blocks), so sharded and single-device results are the same numbers. They must
   be: the lengthscale gradient is ill-conditioned for dense inducing inputs (cond(K_uu) ~ 1e10), and at
   N = 10⁶ another summation order alone (e.g. another chunk length) moves it by ~1e-6 relative, while the
-  log density moves by ~1e-15. Below 16 chunks the blocks are fewer rather than shorter, which is faster
-  there (benchmarks/README.md, *What makes the SoR family fast*).
+  log density moves by ~1e-15. Below 16 chunks the blocks are fewer rather than shorter: a block shorter
+  than a chunk holds too little work to pay for its dispatch.
 * **Sharded.** With a :class:`jax.sharding.Mesh`, the pass runs under :func:`jax.shard_map`: each device
   streams over its own whole blocks and the per-block M×M sums are ``psum``-reduced, each placed at its
   block index in an otherwise zero array (x + 0 = x exactly), then added in block order like on one
@@ -77,9 +77,8 @@ DATA_AXIS = "data"
 #: Bytes of one K_uc chunk (M×C) the default chunk size aims at: cache-resident on current CPUs.
 _CHUNK_BYTES = 1 << 20
 
-#: The same on a GPU, where a chunk must fill the device rather than a cache: chunks this large make the
-#: value and gradient several times faster than the CPU's 1 MiB ones, and larger ones gain nothing
-#: (benchmarks/README.md, *On a GPU*; ``benchmarks/gpu_chunk_sweep.py``).
+#: The same on a GPU, where a chunk must fill the device rather than a cache: the CPU's 1 MiB chunks leave
+#: it underused, and chunks larger than this gain nothing.
 _ACCELERATOR_CHUNK_BYTES = 128 << 20
 
 
@@ -201,7 +200,7 @@ def over_data(fn: Callable, mesh: Mesh | None) -> Callable:
 #: share the work (any device count dividing the number of blocks): sharded and single-device sums are the
 #: same numbers, not merely close. That matters because the sums feed an ill-conditioned reverse pass: at
 #: N = 10⁶ two orders of summation (e.g. two chunk lengths) move the lengthscale gradient by ~3e-6
-#: relative (benchmarks/README.md).
+#: relative.
 SUM_BLOCKS = 16
 
 
@@ -217,8 +216,7 @@ def block_count(mesh: Mesh | None, N: int, C: int) -> tuple[int, int]:
     in another order than one device's).
 
     A block never holds less than a chunk unless N does: 16 blocks of a few dozen points cost more than
-    fewer blocks of whole chunks, the per-chunk work being too small to amortise its dispatch
-    (benchmarks/README.md, *What makes the SoR family fast*).
+    fewer blocks of whole chunks, the per-chunk work being too small to amortise its dispatch.
     """
     n_dev = 1 if mesh is None else mesh.shape[DATA_AXIS]
     blocks = min(SUM_BLOCKS, 1 << max((N // C).bit_length() - 1, 0))

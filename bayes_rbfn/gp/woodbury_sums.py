@@ -25,7 +25,7 @@ allows:
   long-double reference. Whitening *before* the sum is what keeps the result accurate: forming
   K_uf D⁻¹ K_fu first (``fast=True``) saves one of the two products but loses digits in
   proportion to cond(K_uu), which the jitter floor puts at ~1e10 for the usual dense inducing inputs:
-  errors of O(1) in the log density at N = 20,000, NaN for small noise (benchmarks/README.md).
+  errors of O(1) in the log density at N = 20,000, NaN for small noise.
 * **Masked layouts.** A ``mask`` (N,) of real points gives padded points weight ω = 0 and no share of
   Σ log d or of the 2π term, so batched groups of unequal size (the ``grouped`` model) share the pass.
 * **A hand-written reverse pass.** The backward pass recomputes K_uc chunk by chunk instead of storing
@@ -52,21 +52,19 @@ allows:
   they are cast, so that their rounding is relative to their spread, not to their distance from the
   origin (inputs near 2000: gradient 4e-6 → 7e-9). It is accurate only while K_uu is well conditioned: a
   float32 rounding of K_uc (relative ε₃₂ ≈ 6e-8) comes out of the whitening amplified by up to
-  ‖L_uu⁻¹‖ ~ cond(K_uu)^½. Against float64 at M = 64, N = 10³–10⁶ (benchmarks/mixed_precision.py,
-  benchmarks/results/mixed_precision_cpu.md): with the inducing inputs 2.5 lengthscales apart (3-D,
-  cond(K_uu) ≈ 1.5) the log density is within 1e-9 relative (≤ 1e-5 nats) and the gradient within 2e-8 of
-  its norm; with 64 dense inducing inputs on 1-D data (cond(K_uu) ~ 1e9, the jitter floor) the log
-  density is off by ~4e-5 relative (0.9 nats at N = 10⁵, 11 at 10⁶) and the gradient by 1e-2 to 3 of
-  its norm: there it must not be used. In between the error grows with cond(K_uu) (below 1e-6 relative up
-  to cond ~1e3 on 1-D data, ~1e8 on the 3-D grid), and cond(K_uu) moves with the lengthscales a sampler
-  visits, so it is the default nowhere. A small gradient component that is the difference of terms of
-  size ~N (that of log s²) keeps ~ε₃₂·N of float32 rounding from the reverse pass, where most of the
-  speed-up is (benchmarks/README.md, *Mixed precision*). On float32 inputs it is plain float32.
+  ‖L_uu⁻¹‖ ~ cond(K_uu)^½. Against float64 at M = 64, N = 10³–10⁶: with the inducing inputs 2.5 lengthscales
+  apart (3-D, cond(K_uu) ≈ 1.5) the log density is within 1e-9 relative (≤ 1e-5 nats) and the gradient within
+  2e-8 of its norm; with 64 dense inducing inputs on 1-D data (cond(K_uu) ~ 1e9, the jitter floor) the log
+  density is off by ~4e-5 relative (0.9 nats at N = 10⁵, 11 at 10⁶) and the gradient by 1e-2 to 3 of its norm:
+  there it must not be used. In between the error grows with cond(K_uu) (below 1e-6 relative up to cond ~1e3
+  on 1-D data, ~1e8 on the 3-D grid), and cond(K_uu) moves with the lengthscales a sampler visits, so it is
+  the default nowhere. A small gradient component that is the difference of terms of size ~N (that of log s²)
+  keeps ~ε₃₂·N of float32 rounding from the reverse pass, where most of the work saved is. On float32 inputs
+  it is plain float32.
 
 Per evaluation of the log density and its gradient this is four M×M×C products per chunk (two forward,
 two backward) against the one product of the floor (forming K_fu and K_uf K_fu), plus the residual
-sweep's second kernel evaluation (the measured ratio: benchmarks/README.md, *Latest results on this
-machine*).
+sweep's second kernel evaluation.
 
 References
 ----------

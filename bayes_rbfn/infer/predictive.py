@@ -51,7 +51,7 @@ STREAM_BUDGET = 1 << 28
 
 #: At most this many draws per call of a streaming model's per-draw predictive. Under ``vmap`` each chunk's
 #: products become batched products over the draws; a few draws at a time keep the batch cache-resident,
-#: where many fall out of cache (benchmarks/README.md, *Latest results on this machine*).
+#: where many fall out of cache.
 MAX_DRAWS_PER_CALL = 8
 
 

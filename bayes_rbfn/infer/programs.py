@@ -1,10 +1,9 @@
 """Programs kept by their traced text: a refit neither lowers nor loads what an earlier fit compiled.
 
-(What that saves over JAX's persistent cache alone: benchmarks/README.md, *Compiled programs and the
-persistent cache*.) ``fit`` builds its
-NUTS kernel, its post-processing and its diagnostics around closures made for that fit (the model bound to
-its data, a new NumPyro kernel), and ``jax.jit`` keys its cache on the function object: every fit would
-trace, lower and compile them again, or, with JAX's persistent cache, trace, lower and load them.
+``fit`` builds its NUTS kernel, its post-processing and its diagnostics around closures made for that fit
+(the model bound to its data, a new NumPyro kernel), and ``jax.jit`` keys its cache on the function
+object: every fit would trace, lower and compile them again, or, with JAX's persistent cache, trace, lower
+and load them.
 :func:`by_program` traces the function and looks the compiled executable up by the traced program: the
 jaxpr's text, the values of its constants and of every array-valued literal or parameter in it, and the
 trace's other parameters. Equal keys are the same computation, whatever closure produced them, so this

@@ -164,9 +164,8 @@ def resolve_chain_method(chains: int, requested: str | None) -> str:
     an accelerator all chains vectorised.
 
     On one CPU device vectorised chains are the slower: each step of the batch lasts as long as the
-    longest of its trees, all of them evaluated, and the batched program compiles longer
-    (benchmarks/README.md, *Several chains on one CPU device*). On an accelerator a batch keeps the device
-    busier than one chain does.
+    longest of its trees, all of them evaluated, and the batched program compiles longer. On an
+    accelerator a batch keeps the device busier than one chain does.
     """
     if requested is not None:
         return requested
@@ -187,16 +186,15 @@ def one_device_method() -> str:
 #: with a positive-definite Hessian is kept. BFGS alone needs the fewest gradients, but its curvature
 #: estimate can carry it from the prior-median start out along the ridge of long lengthscales and large
 #: variance, into a poorer local minimum or a region where the SoR potential is rounding noise
-#: (indefinite Hessian). Newton-CG, whose Hessian-vector products are differences of the gradient,
-#: reached the mode where BFGS did not (benchmarks/README.md, *fit's mode search on a large data set*).
+#: (indefinite Hessian). Newton-CG, whose Hessian-vector products are differences of the gradient, can
+#: reach the mode where BFGS does not.
 MODE_SEARCHES = ("BFGS", "Newton-CG")
 
 #: The mode search's second start: the median start with the latent site of this name (every kernel
 #: family's lengthscales) divided by :data:`SHORT_START_FACTOR`. From the prior median (ℓ a fifth of each
 #: input's range) both optimisers can end in a local mode that takes a short-scale part of the signal for
 #: noise; from shorter lengthscales the search can meet that part as signal first. The second start
-#: makes the local mode rarer, not impossible, and larger factors did no better (benchmarks/README.md,
-#: *fit's mode search on a large data set*).
+#: makes the local mode rarer, not impossible, and larger factors do no better.
 SHORT_START_SITE = "lengthscale"
 SHORT_START_FACTOR = 4.0
 
@@ -507,7 +505,7 @@ def chain_advance(kernel: Any, batched: bool = False) -> Callable[[Any, tuple, i
     chains, each with its own data (SBC's replications), and what is left is ``(length, chains, ...)``:
     the transition is vmapped inside the scan. (A vmap of the whole scan gives the same draws but batches
     NUTS's nested while loops again in every round of the scan's batching fixpoint, so it traces and
-    compiles longer: benchmarks/README.md, *Compiled programs and the persistent cache*.)
+    compiles longer.)
     """
     transition = lambda s, args: kernel.sample(s, args, {})  # noqa: E731
     if batched:
