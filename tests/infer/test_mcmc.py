@@ -418,13 +418,20 @@ def test_plot_ppc_and_loo_pit_work_on_a_fit(full_fits):
 
 
 def test_predict_from_file_equals_stored_predictions(full_fits, tmp_path):
-    """Round trip through inference.nc; predict() at X_pred reproduces the stored per-draw moments, and
-    its mixture moments follow the law of total variance."""
+    """Round trip through inference.nc: predict() from the file, in batches, reproduces the stored per-draw
+    moments (the same predictive computed them: this shows the file holds all it needs; their values are
+    checked against the dense conditional in test_sor_stored_predictions_are_the_analytic_conditional, and
+    predict()'s own here at a few draws, from what the file holds), and its mixture moments follow the law
+    of total variance."""
     _, _, sor, _ = full_fits
     path = tmp_path / "inference.nc"
     write_inference_data(sor, path)
     loaded = arviz_compat.read_netcdf(path)
     pred = br.predict(loaded, X_TEST, batch_size=4)
+    for c, d in ((0, 0), (1, 433)):
+        mean, var = ref.stored_sor_predictive(loaded, c, d, X_TEST, JITTER)
+        assert_close(pred.f_mean[c, d], mean, rtol=1e-8, atol=DRAW_ATOL)
+        assert_close(pred.f_var[c, d], var, rtol=1e-7, atol=DRAW_ATOL)
     np.testing.assert_allclose(pred.f_mean, sor.predictions["f_mean"].values, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(pred.f_var, sor.predictions["f_var"].values, rtol=1e-10, atol=1e-12)
     m = sor.predictions["f_mean"].values.reshape(-1, len(X_TEST))
@@ -437,7 +444,8 @@ def test_predict_from_file_equals_stored_predictions(full_fits, tmp_path):
 
 def test_predict_again_compiles_nothing(full_fits, tmp_path):
     """A second predict() of the same model and shapes, in memory or from the file (a model rebuilt anew),
-    reuses the compiled predictive: JAX reports no backend compilation and no trace."""
+    reuses the compiled predictive: JAX reports no backend compilation and no trace. The three agree (the
+    one predictive, so a check of reuse, not of values); the first is the dense SoR conditional at a draw."""
     _, _, sor, _ = full_fits
     path = tmp_path / "inference.nc"
     write_inference_data(sor, path)
@@ -450,6 +458,9 @@ def test_predict_again_compiles_nothing(full_fits, tmp_path):
     assert events == []
     np.testing.assert_array_equal(again.f_mean, first.f_mean)
     np.testing.assert_allclose(from_file.f_var, first.f_var, rtol=1e-12)
+    mean, var = ref.stored_sor_predictive(sor, 1, 250, X_new, JITTER)
+    assert_close(first.f_mean[1, 250], mean, rtol=1e-8, atol=DRAW_ATOL)
+    assert_close(first.f_var[1, 250], var, rtol=1e-7, atol=DRAW_ATOL)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -5,8 +5,9 @@
   and the exact GP, and an rbfn layer's f* equals m(x*) + K_*u α written in NumPy; the y* quantiles equal
   the mixture CDF inverted by SciPy's root finder;
 * ``predict`` of a fit given a kernel object, a composite ``KernelFamily`` and a callable mean: in memory
-  it gives the fit's stored ``predictions``; after a netCDF round trip it refuses, saying what to pass,
-  and with that passed gives them again.
+  it gives the dense SoR conditional at the fit's draws (tests/reference.py), and the fit's stored
+  ``predictions``; after a netCDF round trip it refuses, saying what to pass, and with that passed gives
+  them again.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 import pytest
+import reference as dense_ref
 import sparse_reference as ref
 from conftest import assert_close
 from scipy import optimize, stats
@@ -229,10 +231,38 @@ def _assert_stored_predictions(pred, idata):
     np.testing.assert_allclose(pred.f_var, idata.predictions["f_var"].values, rtol=1e-10, atol=1e-12)
 
 
+def _dense_sor_moments(idata, which, draw):
+    """The SoR latent predictive at X_PRED for one draw of ``fits[which]``, from tests/reference.py's own
+    kernel formulas and dense solves: (y − m(X), f* − m(X*)) ~ N(0, [[Q_ff + σ²I, Q_f*], [Q_*f, Q_**]]),
+    m the fit's prior mean (the stored constant, or ``fit_mean``), X and Z as the fit stored them."""
+    post, cd = idata.posterior, idata.constant_data
+    value = {name: float(post[name].values[draw]) for name in post.data_vars}
+    spec = {"kind": "se", "lengthscale": 0.7, "variance": 1.0}  # FIXED_KERNEL
+    if which == "family":  # FAMILY
+        smooth = {"kind": "se", "lengthscale": value["lengthscale"], "variance": value["variance"]}
+        rough = {"kind": "matern32", "lengthscale": value["rough_lengthscale"], "variance": 0.05}
+        spec = {"kind": "sum", "parts": [smooth, rough]}
+    A, B, A_new = cd["X"].values, cd["Z"].values, X_PRED[:, None]
+    offset = cd["y_offset"].values.item()
+    mean_of = (lambda P: fit_mean(P) + offset) if which == "family" else (lambda P: np.full(len(P), offset))
+    Kuu = dense_ref.jittered(dense_ref.gram(spec, B), JITTER)
+    mean, cov = dense_ref.sor_function_space(
+        dense_ref.gram(spec, A, B), Kuu, dense_ref.gram(spec, A_new, B), Y - mean_of(A), value["noise"]
+    )
+    return mean + mean_of(A_new), np.diag(cov)
+
+
 @pytest.mark.parametrize("which", ["kernel", "family"])
-def test_predict_in_memory_gives_the_stored_predictions(fits, which):
+def test_predict_in_memory_is_the_dense_sor_conditional(fits, which):
+    """``predict`` of the fit at a few draws equals the dense SoR conditional (:func:`_dense_sor_moments`);
+    it also gives the stored predictions, which are computed by the same predictive (that check only shows
+    that predict reads the fit's draws in their order)."""
     idata = fits[which]
     pred = br.predict(idata, X_PRED)
+    for draw in ((0, 0), (0, 57), (0, 99)):
+        mean, var = _dense_sor_moments(idata, which, draw)
+        assert_close(pred.f_mean[draw], mean, scale=np.max(np.abs(mean)))
+        assert_close(pred.f_var[draw], var, scale=np.max(var))
     _assert_stored_predictions(pred, idata)
     assert pred.noise.shape == (1, 100) and pred.quantiles([0.1, 0.9]).shape == (2, X_PRED.size)
 
@@ -260,7 +290,8 @@ REFUSALS = {
 @pytest.mark.parametrize(("which", "refused_with", "match"), REFUSALS.values(), ids=REFUSALS)
 def test_predict_from_a_file_needs_what_it_cannot_hold(fits, tmp_path, which, refused_with, match):
     """After writing and reading the netCDF file: refused with the keyword to pass; with it, the stored
-    predictions."""
+    predictions. A round trip: the values themselves are checked against the dense conditional in memory
+    (test_predict_in_memory_is_the_dense_sor_conditional)."""
     path = tmp_path / "inference.nc"
     write_inference_data(fits[which], path)
     loaded = arviz_compat.read_netcdf(path)

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from reference import mixture_scores
+from conftest import assert_close
+from reference import mixture_scores, stored_sor_predictive
 
 import bayes_rbfn as br
 from bayes_rbfn.infer import scores
+
+JITTER = 1e-8  # the float64 jitter policy (bayes_rbfn.gp.linalg.JITTER)
 
 
 @pytest.fixture(scope="module")
@@ -59,9 +62,16 @@ def test_score_of_the_stored_predictions_equals_a_direct_computation(fitted):
 
 def test_score_at_other_inputs_predicts_them(fitted):
     """The same points in another order are not the stored X_pred: predict() computes them, and every
-    score (a mean over points) is the same."""
+    score (a mean over points) is the same. Both sides come from the one predictive, so predict() at the
+    reordered points is also checked, at a few draws, against the dense SoR conditional
+    (tests/reference.py)."""
     idata, X_test, y_test = fitted
     order = np.arange(X_test.shape[0])[::-1]
+    pred = br.predict(idata, X_test[order])
+    for c, d in ((0, 0), (0, 31), (0, 59)):
+        mean, var = stored_sor_predictive(idata, c, d, X_test[order], jitter=JITTER)
+        assert_close(pred.f_mean[c, d], mean, scale=np.max(np.abs(mean)))
+        assert_close(pred.f_var[c, d], var, scale=np.max(var))
     stored = br.score(idata, X_test, y_test)
     predicted = br.score(idata, X_test[order], y_test[order])
     for key, value in stored.items():
