@@ -38,8 +38,7 @@ MAX_NUM_INDUCING = 256
 
 #: On an accelerator (a GPU), the same rule's budget: the work of N = 8,611 points at M = 512. A GPU runs
 #: an O(N·M²) gradient of this size at about the cost of a small one (the step is bound by latency, not by
-#: flops), and with several inputs the fit's quality grows with M (the GPU runs of kin8nm and power-plant:
-#: benchmarks/README.md, *The UCI regression benchmark*).
+#: flops), and with several inputs the fit's quality grows with M (docs/cli.md, *Several inputs*).
 ACCELERATOR_INDUCING_WORK = 8611 * 512**2
 
 #: The most inducing inputs :func:`default_num_inducing` chooses on an accelerator.
@@ -63,8 +62,7 @@ INITS = ("auto", "median", "map")
 #: gradients on deep trees of small steps while the mass matrix is still the identity; the mode search
 #: costs a compilation whose time does not grow with N. From this many points on the mode start saves more
 #: than it costs, in wall time and in ESS/s; below, it gains little, and every chain starting at one point
-#: leaves R̂ without dispersed starts, so the median start stays the default there (benchmarks/README.md,
-#: *fit("sor") against a hand-written NumPyro model*).
+#: leaves R̂ without dispersed starts, so the median start stays the default there (docs/library.md).
 MAP_START_MIN_POINTS = 10_000
 
 #: Data points of the first stage of the mode search on a large data set: from twice as many on, fit
@@ -72,7 +70,7 @@ MAP_START_MIN_POINTS = 10_000
 #: of this size first, and from the lowest end on all the data after. The two starts cost each gradient
 #: N/10⁴ times less there, so the search takes about as long as the median start alone on all the data,
 #: and reaches the mode where that start alone can end in a local mode, from which a fit takes far longer
-#: (benchmarks/README.md, *fit's mode search on a large data set*).
+#: (docs/library.md).
 MAP_SEARCH_POINTS = 10_000
 
 #: The largest NUTS tree depth accepted (``fit(max_tree_depth=...)``, ``--max-tree-depth``): a tree of
@@ -123,14 +121,13 @@ def default_num_inducing(
 
 #: ``dense_mass=None`` (the default, for ``fit`` and the command line alike) takes a dense mass matrix
 #: when the model samples at most this many unconstrained values: a few hyperparameters, whose posterior
-#: is correlated (lengthscale with variance) and whose dense estimate the warm-up affords (ESS per
-#: gradient 1.5–2× the diagonal one's for ``fit("sor")``: benchmarks/README.md). Above it (the rbfn's
+#: is correlated (lengthscale with variance) and whose dense estimate the warm-up affords (more ESS per
+#: gradient than the diagonal one gives). Above it (the rbfn's
 #: weights, the grouped model's per-group values) the mass matrix is diagonal.
 DENSE_MASS_MAX_PARAMS = 10
 
 #: ``dense_mass=None`` also takes a dense mass matrix for a model that samples hyperparameters alone (no
 #: weights, no raw variables of a non-centred parameterisation), up to this many values: the D + 2 of an
 #: ARD kernel on up to 22 inputs, or the co2 family's 9 with its noise and linear mean, whose posterior is
-#: correlated across the components (a diagonal mass matrix takes more leapfrog steps per draw there:
-#: benchmarks/README.md, *Where the main job's time goes*).
+#: correlated across the components (a diagonal mass matrix takes more leapfrog steps per draw there).
 DENSE_MASS_MAX_HYPERPARAMETERS = 24
