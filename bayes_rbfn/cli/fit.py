@@ -103,14 +103,15 @@ def _own(field: str) -> str:
     return "".join(f"{value} for --dataset {name}; " for name, value in own.items() if value is not None)
 
 
-def _fit_arguments(parser: argparse.ArgumentParser) -> None:
+def _fit_epilog() -> str:
+    """The help's epilog: the models, kernels, likelihoods, data sets, output folder and exit status."""
     from bayes_rbfn.models import available_models
     from bayes_rbfn.models.families import FAMILIES
     from bayes_rbfn.models.likelihoods import LIKELIHOODS
 
     models = available_models()
     width = max(map(len, [*models, *FAMILIES, *LIKELIHOODS]))
-    parser.epilog = (
+    return (
         "models (--model):\n"
         + "\n".join(f"  {name:<{width}}  {text}" for name, text in models.items())
         + "\n\nkernels (--kernel):\n"
@@ -136,6 +137,10 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
         "interrupted, 143 terminated (SIGTERM); after 74, 130 and 143 the sampling is kept for --resume."
     )
 
+
+def _fit_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``fit``'s options to ``parser``, in the order its help lists them, and its epilog."""
+    parser.epilog = _fit_epilog()
     data_arguments(parser, default_dataset(), grouped=True)
     parser.add_argument(
         "--years",
@@ -143,7 +148,16 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="--dataset birthdays: fit the last N years of the record only (default: all 20)",
     )
+    _model_arguments(parser)
+    sampler_arguments(parser)
+    _output_arguments(parser)
+    _backtest_arguments(parser)
+    _test_arguments(parser)
+    _resume_arguments(parser)
 
+
+def _model_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``model`` group: the model, likelihood, mean, kernel, inducing inputs and their choice."""
     model = parser.add_argument_group("model")
     model.add_argument(
         "--model",
@@ -186,8 +200,10 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
         "optimised (Z learned jointly with them on the VFE bound, by L-BFGS-B); held fixed while NUTS "
         "samples; gaussian likelihood, ungrouped models",
     )
-    sampler_arguments(parser)
 
+
+def _output_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the output options (the shared ones, the prediction range, the plots) and the distributed ones."""
     output = output_arguments(parser)
     output.add_argument(
         "--x-pred-extend",
@@ -200,6 +216,9 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
     output.add_argument("--no-plots", action="store_true", help="do not draw the PNG plots")
     distributed.add_arguments(parser)
 
+
+def _backtest_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``backtest`` group: ``--holdout-after`` or ``--holdout``, one of them."""
     backtest = parser.add_argument_group("backtest (one input column)")
     split = backtest.add_mutually_exclusive_group()
     split.add_argument(
@@ -215,6 +234,9 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
         help="fit all but the last FRACTION of the data by input and score the forecast of it",
     )
 
+
+def _test_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``held-out test data`` group: ``--test``."""
     test = parser.add_argument_group("held-out test data")
     test.add_argument(
         "--test",
@@ -225,6 +247,9 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
         "--holdout/--holdout-after or grouped data",
     )
 
+
+def _resume_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``interrupted runs`` group: ``--checkpoint-every`` and ``--resume``."""
     resume = parser.add_argument_group("interrupted runs")
     resume.add_argument(
         "--checkpoint-every",
