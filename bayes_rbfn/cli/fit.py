@@ -369,9 +369,6 @@ def plan_fit(args: argparse.Namespace, console: Console, kept_Z: np.ndarray | No
     ``kept_Z``: the learned inducing inputs a resumed run kept (:func:`saved_inducing`), taken instead of
     searching again.
     """
-    from bayes_rbfn.infer.sampler import SamplerSettings
-    from bayes_rbfn.io.output import default_output_dir, prepare_output_dir
-
     del console
     if args.years is not None:
         raise UserError("--years: only --dataset birthdays takes it")
@@ -383,6 +380,51 @@ def plan_fit(args: argparse.Namespace, console: Console, kept_Z: np.ndarray | No
     test = _load_test(args, data, likelihood, notes)
     kernel = args.kernel or planning.default_kernel(packaged)
     inducing = args.inducing or "kmeans"
+    Z = _inducing_inputs(args, spec, likelihood, packaged, X_fit, y_fit, kernel, mean, kept_Z, notes)
+    if not spec.uses_inducing and data.X.shape[0] > 3000:
+        notes.append(
+            f"The {model!r} model costs O(N³) per NUTS step; with N = {data.X.shape[0]:,} expect a long run."
+        )
+    X_pred, group_pred = _prediction_inputs(args, data, test)
+    out = _prepare_output(args, data)
+    _check_result_size(args, data, Z, X_pred, Path(out))
+    return FitPlan(
+        data=data,
+        source=source,
+        model=model,
+        grouped=spec.grouped,
+        kernel=kernel,
+        Z=Z,
+        inducing=inducing if Z is not None else "",
+        X_pred=X_pred,
+        group_pred=group_pred,
+        sampler=_sampler_settings(args, packaged, Path(out)),
+        out=Path(out),
+        notes=notes,
+        likelihood=likelihood.name,
+        mean=mean,
+        holdout_after=args.holdout_after,
+        holdout=args.holdout,
+        held_out=held_out,
+        test=test,
+        test_source="" if test is None else str(args.test),
+    )
+
+
+def _inducing_inputs(
+    args: argparse.Namespace,
+    spec: Any,
+    likelihood: Any,
+    packaged: str,
+    X_fit: np.ndarray,
+    y_fit: np.ndarray,
+    kernel: str,
+    mean: str | float,
+    kept_Z: np.ndarray | None,
+    notes: list[str],
+) -> np.ndarray | None:
+    """The plan's inducing inputs: the kept ones, else chosen from the fitted rows; None without any."""
+    model, inducing = spec.name, args.inducing or "kmeans"
     Z = None
     if spec.uses_inducing and kept_Z is not None:
         if kept_Z.shape[1] != X_fit.shape[1]:
@@ -416,19 +458,27 @@ def plan_fit(args: argparse.Namespace, console: Console, kept_Z: np.ndarray | No
             notes.append(f"The {model!r} model has no inducing inputs; --num-inducing is ignored.")
         if args.inducing is not None:
             notes.append(f"The {model!r} model has no inducing inputs; --inducing is ignored.")
-    if not spec.uses_inducing and data.X.shape[0] > 3000:
-        notes.append(
-            f"The {model!r} model costs O(N³) per NUTS step; with N = {data.X.shape[0]:,} expect a long run."
-        )
+    return Z
 
+
+def _prediction_inputs(
+    args: argparse.Namespace, data: Dataset, test: Dataset | None
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """(X_pred, group_pred): the test rows of ``--test``, else the grid of ``--x-pred-extend``."""
     try:
-        X_pred, group_pred = (
+        return (
             (test.X.copy(), None)
             if test is not None
             else planning.prediction_inputs(data, args.x_pred_extend)
         )
     except ValueError as err:
         raise option_error(err) from None
+
+
+def _prepare_output(args: argparse.Namespace, data: Dataset) -> str | Path:
+    """The output folder, checked writable; a refusal names an earlier run's kept sampling, if any."""
+    from bayes_rbfn.io.output import default_output_dir, prepare_output_dir
+
     out = args.out if args.out is not None else default_output_dir(prefix=f"bayes_rbfn_{slug(data.name)}")
     try:
         prepare_output_dir(out, args.overwrite, protect=_inputs(args))
@@ -439,39 +489,25 @@ def plan_fit(args: argparse.Namespace, console: Console, kept_Z: np.ndarray | No
             f"{err}. The sampling of an earlier run is kept in {partial_dir(Path(out))}: once the folder is "
             f"free, continue it with '{PROG} fit --resume {out}'"
         ) from None
-    _check_result_size(args, data, Z, X_pred, Path(out))
-    return FitPlan(
-        data=data,
-        source=source,
-        model=model,
-        grouped=spec.grouped,
-        kernel=kernel,
-        Z=Z,
-        inducing=inducing if Z is not None else "",
-        X_pred=X_pred,
-        group_pred=group_pred,
-        sampler=SamplerSettings(
-            chains=args.chains,
-            draws=args.draws,
-            warmup=args.warmup,
-            seed=args.seed,
-            target_accept=args.target_accept or DEFAULT_TARGET_ACCEPT,
-            dense_mass=args.dense_mass,
-            max_tree_depth=args.max_tree_depth or planning.default_max_tree_depth(packaged),
-            init=args.init,
-            progress=not args.quiet,
-            checkpoint=partial_dir(Path(out)) / "sampler",
-            chunk_size=args.checkpoint_every,
-        ),
-        out=Path(out),
-        notes=notes,
-        likelihood=likelihood.name,
-        mean=mean,
-        holdout_after=args.holdout_after,
-        holdout=args.holdout,
-        held_out=held_out,
-        test=test,
-        test_source="" if test is None else str(args.test),
+    return out
+
+
+def _sampler_settings(args: argparse.Namespace, packaged: str, out: Path) -> SamplerSettings:
+    """The NUTS settings of the options, checkpointed into ``OUT.partial/sampler``."""
+    from bayes_rbfn.infer.sampler import SamplerSettings
+
+    return SamplerSettings(
+        chains=args.chains,
+        draws=args.draws,
+        warmup=args.warmup,
+        seed=args.seed,
+        target_accept=args.target_accept or DEFAULT_TARGET_ACCEPT,
+        dense_mass=args.dense_mass,
+        max_tree_depth=args.max_tree_depth or planning.default_max_tree_depth(packaged),
+        init=args.init,
+        progress=not args.quiet,
+        checkpoint=partial_dir(out) / "sampler",
+        chunk_size=args.checkpoint_every,
     )
 
 
