@@ -926,6 +926,17 @@ def _report(
     total_seconds: float,
     sampling_seconds: float,
 ) -> str:
+    """The printed report of a fit: the run, the hyperparameters, the diagnostics, the scores, the files."""
+    lines = _report_run(plan, total_seconds, sampling_seconds)
+    lines += _report_posterior(plan, results)
+    lines += _report_warnings(plan, results)
+    lines += _report_scores(plan, results)
+    lines += _report_files(plan, results, files)
+    return "\n".join(lines)
+
+
+def _report_run(plan: FitPlan, total_seconds: float, sampling_seconds: float) -> list[str]:
+    """The report's opening lines: the model, the data and their notes, the sampler and the durations."""
     d = plan.data
     N, D = d.X.shape
     lines = [
@@ -943,9 +954,13 @@ def _report(
         f"warm-up, seed {plan.sampler.seed}; "
         f"sampling and per-draw predictive took {duration(sampling_seconds)}, "
         f"total {duration(total_seconds)}.",
-        "",
-        "Hyperparameters (posterior; units of the data):",
     ]
+    return lines
+
+
+def _report_posterior(plan: FitPlan, results: FitResults) -> list[str]:
+    """The report's hyperparameter table and diagnostics, with the draws that hit the maximum tree depth."""
+    lines = ["", "Hyperparameters (posterior; units of the data):"]
     table, hidden = summary_table(results.summary)
     lines += ["  " + row for row in table.splitlines()]
     if hidden:
@@ -958,8 +973,14 @@ def _report(
             f"{depth} (2^{depth} − 1 steps): the sampler explored less per draw "
             "than it wanted; raise --max-tree-depth if the ESS is low."
         )
+    return lines
+
+
+def _report_warnings(plan: FitPlan, results: FitResults) -> list[str]:
+    """The report's warnings: a forecast past the last inducing input, a collapsed predictive variance."""
     from bayes_rbfn.models import get_model
 
+    d, lines = plan.data, []
     one_input = plan.Z is not None and plan.Z.ndim == 2 and plan.Z.shape[1] == 1
     if one_input and get_model(plan.model).variance_collapses:
         last_z, last_x = float(plan.Z[:, 0].max()), float(plan.X_pred[:, 0].max())
@@ -981,6 +1002,12 @@ def _report(
                 else "add inducing inputs there (--num-inducing): only rbfn takes this likelihood."
             )
         )
+    return lines
+
+
+def _report_scores(plan: FitPlan, results: FitResults) -> list[str]:
+    """The report's scores: PSIS-LOO and its note, the backtest's and the test data's."""
+    d, lines = plan.data, []
     if results.loo is not None:
         loo = results.loo
         lines.append(f"PSIS-LOO: elpd_loo = {loo.elpd:.1f} (se {loo.se:.1f}), p_loo = {loo.p:.1f}.")
@@ -1008,11 +1035,16 @@ def _report(
             f"  95% band of y* covers {sc['coverage_95']:.0%}, 80% band {sc['coverage_80']:.0%}, 50% band "
             f"{sc['coverage_50']:.0%} of them (calibrated: about 95%, 80%, 50%)",
         ]
-    band = results.band.quantity
+    return lines
+
+
+def _report_files(plan: FitPlan, results: FitResults, files: list[str]) -> list[str]:
+    """The report's closing lines: what the bands are of, and the files written with what each holds."""
+    band, lines = results.band.quantity, []
     if band != "y*":
         lines.append(
-            f"The bands in predictive.png and predictions.csv are of {band} of {d.y_name} given the latent "
-            "f (lower/upper, mean, sd_f); sd_y is the sd of a new observation. Posterior predictive "
+            f"The bands in predictive.png and predictions.csv are of {band} of {plan.data.y_name} given the "
+            "latent f (lower/upper, mean, sd_f); sd_y is the sd of a new observation. Posterior predictive "
             "replicates of y are in inference.nc (posterior_predictive)."
         )
     lines += ["", f"Results in {plan.out}{os.sep}:"]
@@ -1028,7 +1060,7 @@ def _report(
         "test_scores.csv": "the scores on the test data (RMSE, MAE, CRPS, log density, coverage)",
     }
     lines += [f"  {name:<16} {descriptions.get(name, '')}" for name in files]
-    return "\n".join(lines)
+    return lines
 
 
 def _write_outputs(
