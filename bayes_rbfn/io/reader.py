@@ -140,6 +140,58 @@ def read_xy_csv(
         raise InputError(f"{path}: has a header but no data rows")
     # File line numbers of the rows, where every row is one record (pandas and the line scan agree).
     row_lines = table.row_lines if len(table.row_lines) == n_read else None
+    X, y, labels, bad_per_col = _chosen_columns(path, table, frame, x_cols, y_col, group_col, row_lines)
+    bad = np.logical_or.reduce(list(bad_per_col.values()))
+    n_bad = int(bad.sum())
+    notes = _drop_notes(path, table, bad_per_col, bad, n_read, row_lines, strict)
+    keep = ~bad
+    X, y = X[keep], y[keep]
+    notes = _check_usable(path, X, y, x_cols, y_col, n_bad, min_rows, training, notes)
+    return _csv_dataset(path, X, y, x_cols, y_col, group_col, labels, keep, n_bad, notes)
+
+
+def _csv_dataset(
+    path: Path,
+    X: np.ndarray,
+    y: np.ndarray,
+    x_cols: list[str],
+    y_col: str,
+    group_col: str | None,
+    labels: pd.Series | None,
+    keep: np.ndarray,
+    n_bad: int,
+    notes: str,
+) -> Dataset:
+    """The :class:`Dataset` of the kept rows, with the group labels of the kept rows as codes."""
+    group = group_names = None
+    if labels is not None:
+        group, group_names = _group_codes(labels.to_numpy()[keep])
+
+    return Dataset(
+        name=path.stem,
+        X=X,
+        y=y,
+        x_names=tuple(x_cols),
+        y_name=y_col,
+        description=f"{path.name}: {y_col} against {', '.join(x_cols)}"
+        + (f", grouped by {group_col}" if group_col else ""),
+        group=group,
+        group_names=group_names,
+        dropped=n_bad,
+        notes=notes,
+    )
+
+
+def _chosen_columns(
+    path: Path,
+    table: _Table,
+    frame: pd.DataFrame,
+    x_cols: list[str],
+    y_col: str,
+    group_col: str | None,
+    row_lines: list[int] | None,
+) -> tuple[np.ndarray, np.ndarray, pd.Series | None, dict[str, np.ndarray]]:
+    """(X, y, the group labels or None, each chosen column's rows with a missing or non-finite value)."""
 
     def column(name: str) -> pd.Series:
         return frame[table.header.index(name)].str.strip()
@@ -159,7 +211,19 @@ def read_xy_csv(
     if group_col is not None:
         labels = column(group_col)
         bad_per_col[group_col] = (labels.isna() | (labels == "")).to_numpy(dtype=bool)
-    bad = np.logical_or.reduce(list(bad_per_col.values()))
+    return X, y, labels, bad_per_col
+
+
+def _drop_notes(
+    path: Path,
+    table: _Table,
+    bad_per_col: dict[str, np.ndarray],
+    bad: np.ndarray,
+    n_read: int,
+    row_lines: list[int] | None,
+    strict: bool,
+) -> str:
+    """The notes on skipped comment lines and dropped rows; with ``strict`` a dropped row is an error."""
     n_bad = int(bad.sum())
     notes = ""
     if table.comment_lines:
@@ -180,9 +244,21 @@ def read_xy_csv(
                 f"{path}: {what}; in strict mode no rows are dropped, so fix or remove these rows"
             )
         notes += (" " if notes else "") + f"Dropped {what}."
+    return notes
 
-    keep = ~bad
-    X, y = X[keep], y[keep]
+
+def _check_usable(
+    path: Path,
+    X: np.ndarray,
+    y: np.ndarray,
+    x_cols: list[str],
+    y_col: str,
+    n_bad: int,
+    min_rows: int,
+    training: bool,
+    notes: str,
+) -> str:
+    """Check the kept rows are enough and the target not constant; ``notes`` plus one on constant inputs."""
     n = int(y.shape[0])
     if n < min_rows:
         raise InputError(
@@ -200,24 +276,7 @@ def read_xy_csv(
             f"Input column(s) {', '.join(map(repr, constant_x))} are constant; their lengthscale is "
             "determined by the prior alone."
         )
-
-    group = group_names = None
-    if labels is not None:
-        group, group_names = _group_codes(labels.to_numpy()[keep])
-
-    return Dataset(
-        name=path.stem,
-        X=X,
-        y=y,
-        x_names=tuple(x_cols),
-        y_name=y_col,
-        description=f"{path.name}: {y_col} against {', '.join(x_cols)}"
-        + (f", grouped by {group_col}" if group_col else ""),
-        group=group,
-        group_names=group_names,
-        dropped=n_bad,
-        notes=notes,
-    )
+    return notes
 
 
 def _check_column_choice(path: Path, x_cols: list[str], y_col: str, group_col: str | None) -> None:
