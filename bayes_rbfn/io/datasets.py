@@ -304,16 +304,8 @@ def _load_fertility(
         order = _select_countries(countries, codes, names, counts, is_aggregate, eligible, min_years)
         selection_note = f" Kept the {len(order)} requested countries."
     if max_groups is not None and len(order) > max_groups:
-        if countries is None:
-            picks = np.unique(np.round(np.linspace(0, len(order) - 1, max_groups)).astype(int))
-            order = [order[i] for i in picks]
-            selection_note += (
-                f" Kept {len(order)} countries evenly spread over the alphabetical list of codes"
-                " (max_groups)."
-            )
-        else:
-            order = order[:max_groups]
-            selection_note += f" Kept the first {max_groups} of them (max_groups)."
+        order, cap_note = _cap_countries(order, max_groups, requested=countries is not None)
+        selection_note += cap_note
 
     X_parts, y_parts, g_parts = [], [], []
     for g, i in enumerate(order):
@@ -351,6 +343,17 @@ def _load_fertility(
         dropped=n_missing + dropped_agg + dropped_short,
         notes=notes,
     )
+
+
+def _cap_countries(order: list[int], max_groups: int, requested: bool) -> tuple[list[int], str]:
+    """(the first ``max_groups`` rows requested, or that many spread over the codes; the note on which)."""
+    if not requested:
+        picks = np.unique(np.round(np.linspace(0, len(order) - 1, max_groups)).astype(int))
+        order = [order[i] for i in picks]
+        return order, (
+            f" Kept {len(order)} countries evenly spread over the alphabetical list of codes (max_groups)."
+        )
+    return order[:max_groups], f" Kept the first {max_groups} of them (max_groups)."
 
 
 def _select_countries(
