@@ -155,7 +155,7 @@ methods = {
     "VFE": sparse.vfe(kernel, X, t, Z, noise, X_test, full_cov=False),
 }
 objective = {
-    "SoR": conditional.log_marginal_likelihood(kernel, X, t, noise, Z=Z),
+    "SoR": sparse.log_marginal_likelihood(kernel, X, t, Z, noise, method="sor"),
     "DTC": sparse.log_marginal_likelihood(kernel, X, t, Z, noise, method="dtc"),
     "FITC": sparse.log_marginal_likelihood(kernel, X, t, Z, noise, method="fitc"),
     "VFE": sparse.log_marginal_likelihood(kernel, X, t, Z, noise, method="vfe"),

@@ -122,7 +122,7 @@ def _check_posterior(post: Any, name: str = "posterior") -> BLRPosterior:
 # Basis functions
 
 
-def gaussian_basis(X: Any, centres: Any, width: Any, bias: bool = False) -> jax.Array:
+def gaussian_basis(X: Any, centres: Any, width: Any, *, bias: bool = False) -> jax.Array:
     """Design matrix of Gaussian basis functions ``φ_j(x) = exp(−‖x − μ_j‖² / (2s²))``, Bishop (3.4).
 
     Args:
@@ -185,6 +185,7 @@ def predictive(
     Phi_test: Any,
     posterior: BLRPosterior,
     beta: Any,
+    *,
     full_cov: bool = False,
     include_noise: bool = True,
 ) -> Gaussian:

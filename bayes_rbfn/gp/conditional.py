@@ -5,7 +5,12 @@ Two layers:
 * the public, validated functions (:func:`exact_gp`, :func:`sor`, :func:`rbfn_weights`,
   :func:`nystrom_krr`, :func:`rbf_ridge`, :func:`log_marginal_likelihood`,
   :func:`loo_log_density`, :func:`condition_gaussian`) accept NumPy or JAX arrays, check them and raise
-  ``ValueError`` with the argument's name on bad input or a failed factorisation;
+  ``ValueError`` with the argument's name on bad input or a failed factorisation. Their shared arguments
+  come in one order, ``(kernel, X, y, Z, noise, X_test)`` without the ones a function does not take (the
+  exact GP takes no Z), the options (``full_cov``, ``jitter``) keyword-only, as in
+  :mod:`bayes_rbfn.gp.sparse` and the distributions (:class:`bayes_rbfn.models.distributions.SparseGP`);
+  the exact GP's log marginal likelihood and LOO conditionals are here, the SoR family's in
+  :mod:`bayes_rbfn.gp.sparse`;
 * the traceable building blocks (``exact_*``, :func:`sor_predict`) take validated (N, D) arrays and
   are what the model layer calls inside ``jit``/NUTS; they never raise.
 
@@ -41,7 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayes_rbfn.gp import block_loo, linalg, moments, woodbury_sums
+from bayes_rbfn.gp import linalg, moments, woodbury_sums
 from bayes_rbfn.gp.kernels import (
     ActiveDims,
     Additive,
@@ -113,7 +118,7 @@ def raise_if_not_finite(result: Any, what: str, hint: str = _NOT_FACTORISED) -> 
 
 @linalg.full_precision
 def condition_gaussian(
-    S_aa: Any, S_ab: Any, S_bb: Any, a: Any, mean_a: Any = 0.0, mean_b: Any = 0.0, full_cov: bool = True
+    S_aa: Any, S_ab: Any, S_bb: Any, a: Any, mean_a: Any = 0.0, mean_b: Any = 0.0, *, full_cov: bool = True
 ) -> Gaussian:
     """Condition a joint Gaussian on its first block: b | a.
 
@@ -420,7 +425,7 @@ def check_parameter_shape(
         )
 
 
-def exact_gp(kernel: Kernel, X: Any, y: Any, noise: Any, X_test: Any, full_cov: bool = True) -> Gaussian:
+def exact_gp(kernel: Kernel, X: Any, y: Any, noise: Any, X_test: Any, *, full_cov: bool = True) -> Gaussian:
     """Exact GP predictive of the latent f* (noise excluded), eqs. (2.23)–(2.24) of [1].
 
     Args:
@@ -447,6 +452,7 @@ def sor(
     Z: Any,
     noise: Any,
     X_test: Any,
+    *,
     full_cov: bool = True,
     jitter: float | None = None,
 ) -> Gaussian:
@@ -478,7 +484,9 @@ def sor(
 
 
 @linalg.full_precision
-def rbfn_weights(kernel: Kernel, X: Any, y: Any, Z: Any, noise: Any, jitter: float | None = None) -> Gaussian:
+def rbfn_weights(
+    kernel: Kernel, X: Any, y: Any, Z: Any, noise: Any, *, jitter: float | None = None
+) -> Gaussian:
     """Posterior of the RBFN weights α | y ~ N(Σ K_uf y/σ², Σ), Σ = (K_uf K_fu/σ² + K_uu)⁻¹.
 
     See docs/mathematics.md#function-space-and-weight-space-agree.
@@ -496,7 +504,7 @@ def rbfn_weights(kernel: Kernel, X: Any, y: Any, Z: Any, noise: Any, jitter: flo
 
 
 def nystrom_krr(
-    kernel: Kernel, X: Any, y: Any, Z: Any, noise: Any, X_test: Any, jitter: float | None = None
+    kernel: Kernel, X: Any, y: Any, Z: Any, noise: Any, X_test: Any, *, jitter: float | None = None
 ) -> jax.Array:
     """Nyström kernel ridge regression mean ``K_*u K_uu⁻¹ K_uf (Q_ff + σ²I)⁻¹ y``, eq. (2) of [3].
 
@@ -517,7 +525,7 @@ def nystrom_krr(
 
 @linalg.full_precision
 def rbf_ridge(
-    kernel: Kernel, X: Any, y: Any, Z: Any, noise: Any, X_test: Any, jitter: float | None = None
+    kernel: Kernel, X: Any, y: Any, Z: Any, noise: Any, X_test: Any, *, jitter: float | None = None
 ) -> jax.Array:
     """RBF-network ridge regression mean ``K_*u (K_uf K_fu + σ² K_uu)⁻¹ K_uf y``, eq. (3) of [3].
 
@@ -536,37 +544,44 @@ def rbf_ridge(
     return mean
 
 
-def log_marginal_likelihood(
-    kernel: Kernel, X: Any, y: Any, noise: Any, Z: Any = None, jitter: float | None = None
-) -> jax.Array:
-    """log p(y): the exact GP's when Z is None, else SoR's in O(NM²).
+def log_marginal_likelihood(kernel: Kernel, X: Any, y: Any, noise: Any) -> jax.Array:
+    """The exact GP's log marginal likelihood log N(y | 0, K_ff + σ²I), eq. (2.30) of [1], in O(N³).
 
-    Exact GP: ``log N(y | 0, K_ff + σ²I)`` (eq. (2.30) of [1]); SoR: ``log N(y | 0, Q_ff + σ²I)`` (eq. (17)
-    of [2] with Λ = 0; :func:`bayes_rbfn.gp.woodbury_sums.sor_factor`).
+    The SoR family's (SoR, DTC, FITC, the VFE bound) is :func:`bayes_rbfn.gp.sparse.log_marginal_likelihood`,
+    whose arguments are these with Z before ``noise``, as in :func:`exact_gp` and :func:`sor`.
+
+    Args:
+        kernel: covariance function.
+        X: (N, D) or (N,) inputs.
+        y: (N,) targets.
+        noise: σ > 0.
+
+    Returns:
+        A scalar.
     """
-    X, y, noise, Z, _, jitter = check_regression_inputs(X, y, noise, Z, kernel=kernel, jitter=jitter)
-    if Z is None:
-        value = exact_log_marginal(kernel, X, y, noise)
-    else:
-        value = woodbury_sums.sor_factor(kernel, X, y, Z, noise, jitter).log_marginal_likelihood()
+    X, y, noise, _, _, _ = check_regression_inputs(X, y, noise, kernel=kernel)
+    value = exact_log_marginal(kernel, X, y, noise)
     raise_if_not_finite(value, "log_marginal_likelihood")
     return value
 
 
-def loo_log_density(
-    kernel: Kernel, X: Any, y: Any, noise: Any, Z: Any = None, jitter: float | None = None
-) -> jax.Array:
-    """Leave-one-out conditionals log p(y_i | y_−i), shape (N,): exact GP when Z is None, else SoR.
+def loo_log_density(kernel: Kernel, X: Any, y: Any, noise: Any) -> jax.Array:
+    """The exact GP's leave-one-out conditionals log p(y_i | y_−i), shape (N,), eqs. (5.10)–(5.12) of [1].
 
-    SoR's in O(NM²) (:func:`bayes_rbfn.gp.block_loo.sor_loo`).
+    In O(N³). These are what the exact model stores as ``log_likelihood`` for PSIS-LOO (docs/output.md;
+    [4]). The SoR family's are :func:`bayes_rbfn.gp.sparse.loo_log_density` (Z before ``noise``, as in
+    :func:`sor`).
 
-    These are what the models store as ``log_likelihood`` for PSIS-LOO (docs/output.md; [4]).
+    Args:
+        kernel: covariance function.
+        X: (N, D) or (N,) inputs.
+        y: (N,) targets.
+        noise: σ > 0.
+
+    Returns:
+        (N,) log densities.
     """
-    X, y, noise, Z, _, jitter = check_regression_inputs(X, y, noise, Z, kernel=kernel, jitter=jitter)
-    if Z is None:
-        value = exact_loo(kernel, X, y, noise)
-    else:
-        factor = woodbury_sums.sor_factor(kernel, X, y, Z, noise, jitter)
-        value = block_loo.sor_loo(factor, kernel, Z, X, y, noise**2)
+    X, y, noise, _, _, _ = check_regression_inputs(X, y, noise, kernel=kernel)
+    value = exact_loo(kernel, X, y, noise)
     raise_if_not_finite(value, "loo_log_density")
     return value

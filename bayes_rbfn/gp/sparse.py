@@ -40,7 +40,9 @@ and :mod:`bayes_rbfn.gp.block_loo`. Two layers, as in
 * public, validated functions (:func:`dtc`, :func:`fitc`, :func:`vfe`, :func:`log_marginal_likelihood`,
   :func:`loo_log_density`, :func:`variance_lost`, :func:`variance_retained`, :func:`collapse_warning`)
   accept NumPy or JAX arrays and raise ``ValueError`` naming the argument on bad input, or
-  :class:`bayes_rbfn.gp.linalg.FactorisationError` on a failed factorisation.
+  :class:`bayes_rbfn.gp.linalg.FactorisationError` on a failed factorisation. They take the shared
+  arguments in :mod:`bayes_rbfn.gp.conditional`'s order, ``(kernel, X, y, Z, noise, X_test)``, with the
+  options (``method``, ``full_cov``, ``jitter``) keyword-only.
 
 Jitter: every K_uu is factorised by :func:`bayes_rbfn.gp.linalg.cholesky` with its policy (``jitter=None``);
 Q is then the Nyström covariance of the jittered K_uu, consistently across prior, bound and predictive,
@@ -102,7 +104,8 @@ __all__ = [
 #: Every approximation of the SoR family the traceable blocks take: SoR itself and its three repairs.
 APPROXIMATIONS: tuple[str, ...] = ("sor", "dtc", "fitc", "vfe")
 
-#: The sparse approximations this module's public functions implement, by the name they accept.
+#: The sparse approximations this module's public predictives implement, by the name they accept (the
+#: marginal likelihood and LOO conditionals take ``"sor"`` too, :data:`APPROXIMATIONS`).
 METHODS: tuple[str, ...] = ("dtc", "fitc", "vfe")
 
 
@@ -290,9 +293,9 @@ def prior_variance_lost(
 # Public, validated entry points
 
 
-def _check_method(method: Any) -> str:
-    if not isinstance(method, str) or method.lower() not in METHODS:
-        raise ValueError(f"method: expected one of {', '.join(map(repr, METHODS))}, got {method!r}")
+def _check_method(method: Any, allowed: tuple[str, ...] = METHODS) -> str:
+    if not isinstance(method, str) or method.lower() not in allowed:
+        raise ValueError(f"method: expected one of {', '.join(map(repr, allowed))}, got {method!r}")
     return method.lower()
 
 
@@ -310,6 +313,7 @@ def _predictive(method: str, doc: str) -> Callable[..., Gaussian]:
         Z: Any,
         noise: Any,
         X_test: Any,
+        *,
         full_cov: bool = True,
         jitter: float | None = None,
     ) -> Gaussian:
@@ -368,12 +372,16 @@ def log_marginal_likelihood(
     y: Any,
     Z: Any,
     noise: Any,
+    *,
     method: str = "dtc",
     jitter: float | None = None,
 ) -> jax.Array:
     """The log marginal likelihood (or, for VFE, its lower bound) of a sparse approximation, in O(NM²).
 
-    * ``"dtc"``: log N(y | 0, Q_ff + σ²I), SoR's ([1] §5);
+    The exact GP's is :func:`bayes_rbfn.gp.conditional.log_marginal_likelihood`, whose arguments are these
+    without Z; ``method`` is :class:`~bayes_rbfn.models.distributions.SparseGP`'s ``approx``.
+
+    * ``"sor"`` and ``"dtc"``: log N(y | 0, Q_ff + σ²I), the marginal SoR and DTC share ([1] §§4–5);
     * ``"fitc"``: log N(y | 0, Q_ff + Λ), Λ = diag(K_ff − Q_ff) + σ²I ([1] §6);
     * ``"vfe"``: log N(y | 0, Q_ff + σ²I) − tr(K_ff − Q_ff)/(2σ²), eq. (9) of [2]; a lower bound on the
       exact GP's log marginal likelihood, not itself a density over y.
@@ -384,13 +392,13 @@ def log_marginal_likelihood(
         y: (N,) targets.
         Z: (M, D) distinct inducing inputs.
         noise: σ > 0.
-        method: ``"dtc"``, ``"fitc"`` or ``"vfe"``.
+        method: ``"sor"``, ``"dtc"``, ``"fitc"`` or ``"vfe"``.
         jitter: relative jitter on K_uu.
 
     Returns:
         A scalar.
     """
-    method = _check_method(method)
+    method = _check_method(method, APPROXIMATIONS)
     X, y, noise, Z, _, jitter = check_regression_inputs(X, y, noise, Z, kernel=kernel, jitter=jitter)
     value = log_marginal(method, training_factor(method, kernel, X, y, Z, noise, jitter)[0], kernel, X, noise)
     raise_if_not_finite(value, "log_marginal_likelihood")
@@ -403,18 +411,20 @@ def loo_log_density(
     y: Any,
     Z: Any,
     noise: Any,
+    *,
     method: str = "dtc",
     jitter: float | None = None,
 ) -> jax.Array:
     """Leave-one-out conditionals log p(y_i | y_−i), shape (N,), under a sparse model's marginal ([3]).
 
-    ``"dtc"`` and ``"vfe"`` use y ~ N(0, Q_ff + σ²I) (SoR's marginal; the VFE bound is not a density over
-    y: as a function of y it is log N(y | 0, Q_ff + σ²I) minus a term that does not depend on y, so
-    normalising it over y gives DTC/SoR's marginal); ``"fitc"`` uses y ~ N(0, Q_ff + Λ). O(NM²) through the
-    Woodbury identity (:func:`bayes_rbfn.gp.block_loo.sor_loo`). These are what the models store as
-    ``log_likelihood`` for PSIS-LOO (docs/output.md). Arguments as :func:`log_marginal_likelihood`.
+    ``"sor"``, ``"dtc"`` and ``"vfe"`` use y ~ N(0, Q_ff + σ²I) (SoR's marginal; the VFE bound is not a
+    density over y: as a function of y it is log N(y | 0, Q_ff + σ²I) minus a term that does not depend on
+    y, so normalising it over y gives DTC/SoR's marginal); ``"fitc"`` uses y ~ N(0, Q_ff + Λ). O(NM²)
+    through the Woodbury identity (:func:`bayes_rbfn.gp.block_loo.sor_loo`). These are what the models
+    store as ``log_likelihood`` for PSIS-LOO (docs/output.md). Arguments as :func:`log_marginal_likelihood`;
+    the exact GP's are :func:`bayes_rbfn.gp.conditional.loo_log_density`.
     """
-    method = _check_method(method)
+    method = _check_method(method, APPROXIMATIONS)
     X, y, noise, Z, _, jitter = check_regression_inputs(X, y, noise, Z, kernel=kernel, jitter=jitter)
     factor, d = training_factor(method, kernel, X, y, Z, noise, jitter)
     value = block_loo.sor_loo(factor, kernel, Z, X, y, d)

@@ -35,7 +35,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from stochastic import record, seed
 
-from bayes_rbfn.gp import conditional, linalg
+from bayes_rbfn.gp import conditional, linalg, sparse
 from bayes_rbfn.gp.kernels import SquaredExponential
 
 KAPPA_MAX = 1e7
@@ -70,9 +70,9 @@ CALLS = {
     "nystrom_krr": (conditional.nystrom_krr, ("kernel", "X", "y", "Z", "noise", "X_test")),
     "rbf_ridge": (conditional.rbf_ridge, ("kernel", "X", "y", "Z", "noise", "X_test")),
     "lml_exact": (conditional.log_marginal_likelihood, ("kernel", "X", "y", "noise")),
-    "lml_sor": (conditional.log_marginal_likelihood, ("kernel", "X", "y", "noise", "Z")),
+    "lml_sor": (sparse.log_marginal_likelihood, ("kernel", "X", "y", "Z", "noise")),
     "loo_exact": (conditional.loo_log_density, ("kernel", "X", "y", "noise")),
-    "loo_sor": (conditional.loo_log_density, ("kernel", "X", "y", "noise", "Z")),
+    "loo_sor": (sparse.loo_log_density, ("kernel", "X", "y", "Z", "noise")),
 }
 
 
@@ -359,8 +359,8 @@ def test_bad_arguments_raise_value_error_naming_them(kwargs, match):
         lambda a: conditional.nystrom_krr(k, a["X"], a["y"], a["Z"], a["noise"], a["X_test"]),
         lambda a: conditional.rbf_ridge(k, a["X"], a["y"], a["Z"], a["noise"], a["X_test"]),
         lambda a: conditional.rbfn_weights(k, a["X"], a["y"], a["Z"], a["noise"]),
-        lambda a: conditional.log_marginal_likelihood(k, a["X"], a["y"], a["noise"], Z=a["Z"]),
-        lambda a: conditional.loo_log_density(k, a["X"], a["y"], a["noise"], Z=a["Z"]),
+        lambda a: sparse.log_marginal_likelihood(k, a["X"], a["y"], a["Z"], a["noise"], method="sor"),
+        lambda a: sparse.loo_log_density(k, a["X"], a["y"], a["Z"], a["noise"], method="sor"),
     ]
     uses = {"Z": range(1, 7), "X_test": range(0, 4)}
     for i, call in enumerate(calls):
@@ -396,7 +396,7 @@ def test_woodbury_small_noise_sor_log_marginal_single_point():
         c = 1.0 / (1.0 + JIT64) + noise**2
         expected = -0.5 * (y[0] ** 2 / c + np.log(2 * np.pi * c))
         np.testing.assert_allclose(
-            conditional.log_marginal_likelihood(k, X, y, noise, Z=X), expected, rtol=1e-8
+            sparse.log_marginal_likelihood(k, X, y, X, noise, method="sor"), expected, rtol=1e-8
         )
 
 

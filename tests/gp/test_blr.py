@@ -54,7 +54,9 @@ def test_gaussian_basis_matches_formula(rng, dim, bias):
     X = rng.normal(size=(8, dim))
     centres = rng.normal(size=(5, dim))
     width = 0.7
-    Phi = blr.gaussian_basis(X if dim > 1 else X[:, 0], centres if dim > 1 else centres[:, 0], width, bias)
+    Phi = blr.gaussian_basis(
+        X if dim > 1 else X[:, 0], centres if dim > 1 else centres[:, 0], width, bias=bias
+    )
     sq = np.sum((X[:, None, :] - centres[None, :, :]) ** 2, axis=-1)
     expected = np.exp(-sq / (2 * width**2))
     if bias:

@@ -1,6 +1,6 @@
-"""Bad input at the public entry points of :mod:`bayes_rbfn.gp.conditional` (docs/mathematics.md#numerics:
-clear errors, never
-NaN).
+"""Bad input at the public entry points of :mod:`bayes_rbfn.gp.conditional` and the SoR family's marginal
+likelihood and LOO conditionals of :mod:`bayes_rbfn.gp.sparse` (docs/mathematics.md#numerics: clear errors,
+never NaN).
 
 Every public entry point that takes the offending argument must raise ``ValueError`` whose message names
 that argument: mismatched shapes, NaN/inf in X, y, Z or X_test, non-positive or non-finite noise and
@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import pytest
 
-from bayes_rbfn.gp import conditional, linalg
+from bayes_rbfn.gp import conditional, linalg, sparse
 from bayes_rbfn.gp import kernels as K
 
 ENTRY_POINTS = {
@@ -24,6 +24,12 @@ ENTRY_POINTS = {
     "rbfn_weights": conditional.rbfn_weights,
     "nystrom_krr": conditional.nystrom_krr,
     "rbf_ridge": conditional.rbf_ridge,
+    "log_marginal_likelihood": sparse.log_marginal_likelihood,
+    "loo_log_density": sparse.loo_log_density,
+}
+
+#: The exact GP's marginal likelihood and LOO conditionals: the entry points above without Z.
+EXACT_ENTRY_POINTS = {
     "log_marginal_likelihood": conditional.log_marginal_likelihood,
     "loo_log_density": conditional.loo_log_density,
 }
@@ -122,16 +128,10 @@ BAD = [
 
 
 def _call(name, overrides, sparse=True):
-    """Call an entry point with GOOD arguments, some overridden; ``sparse`` passes Z where it is optional."""
-    fn = ENTRY_POINTS[name]
-    params = inspect.signature(fn).parameters
+    """Call an entry point with GOOD arguments, some overridden; without ``sparse`` its exact-GP form."""
+    fn = ENTRY_POINTS[name] if sparse else EXACT_ENTRY_POINTS[name]
     args = {**GOOD, **overrides}
-    kwargs = {
-        p: args[p]
-        for p in params
-        if p in args and (p != "Z" or sparse or params[p].default is params[p].empty)
-    }
-    return fn(**kwargs)
+    return fn(**{p: args[p] for p in inspect.signature(fn).parameters if p in args})
 
 
 def _applies(name, overrides):
@@ -156,7 +156,7 @@ def test_bad_input_raises_value_error_naming_the_argument(entry, overrides, matc
 @pytest.mark.parametrize("entry", ["log_marginal_likelihood", "loo_log_density"])
 @pytest.mark.parametrize("case", ["X-nan", "y-too-short", "noise-zero", "kernel-negative-variance"])
 def test_bad_input_exact_path(entry, case):
-    """The exact-GP path (Z omitted) of the two functions where Z is optional validates the same way."""
+    """The exact GP's marginal likelihood and LOO conditionals (no Z) validate the same way."""
     _, overrides, match = next(b for b in BAD if b[0] == case)
     with pytest.raises(ValueError, match=match):
         _call(entry, overrides, sparse=False)
