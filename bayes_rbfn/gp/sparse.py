@@ -38,11 +38,13 @@ and :mod:`bayes_rbfn.gp.block_loo`. Two layers, as in
   (:class:`bayes_rbfn.models.distributions.SparseGP`) calls them inside NUTS and guards log densities
   with :func:`bayes_rbfn.gp.linalg.finite_or_neg_inf`;
 * public, validated functions (:func:`dtc`, :func:`fitc`, :func:`vfe`, :func:`log_marginal_likelihood`,
-  :func:`loo_log_density`, :func:`variance_lost`, :func:`variance_retained`, :func:`collapse_warning`)
+  :func:`loo_log_density`, :func:`variance_lost`, :func:`collapse_warning`)
   accept NumPy or JAX arrays and raise ``ValueError`` naming the argument on bad input, or
   :class:`bayes_rbfn.gp.linalg.FactorisationError` on a failed factorisation. They take the shared
   arguments in :mod:`bayes_rbfn.gp.conditional`'s order, ``(kernel, X, y, Z, noise, X_test)``, with the
-  options (``method``, ``full_cov``, ``jitter``) keyword-only.
+  options (``method``, ``full_cov``, ``jitter``, ``threshold``) keyword-only. The variance collapse has one
+  formula, :func:`prior_variance_lost`; :func:`variance_lost` validates its input, :func:`warn_if_collapsed`
+  is the one warning on it and :func:`collapse_warning` the two together.
 
 Jitter: every K_uu is factorised by :func:`bayes_rbfn.gp.linalg.cholesky` with its policy (``jitter=None``);
 Q is then the Nyström covariance of the jittered K_uu, consistently across prior, bound and predictive,
@@ -85,6 +87,7 @@ from bayes_rbfn.gp.validation import check_X, check_Z
 
 __all__ = [
     "APPROXIMATIONS",
+    "COLLAPSE_THRESHOLD",
     "METHODS",
     "VarianceCollapseWarning",
     "collapse_warning",
@@ -97,8 +100,8 @@ __all__ = [
     "replicates",
     "training_factor",
     "variance_lost",
-    "variance_retained",
     "vfe",
+    "warn_if_collapsed",
 ]
 
 #: Every approximation of the SoR family the traceable blocks take: SoR itself and its three repairs.
@@ -107,6 +110,10 @@ APPROXIMATIONS: tuple[str, ...] = ("sor", "dtc", "fitc", "vfe")
 #: The sparse approximations this module's public predictives implement, by the name they accept (the
 #: marginal likelihood and LOO conditionals take ``"sor"`` too, :data:`APPROXIMATIONS`).
 METHODS: tuple[str, ...] = ("dtc", "fitc", "vfe")
+
+
+#: Share of the prior variance lost (1 − Q_**/K_**) above which a test point counts as collapsed.
+COLLAPSE_THRESHOLD = 0.5
 
 
 class VarianceCollapseWarning(UserWarning):
@@ -441,19 +448,22 @@ def _prepare_diagnostic(kernel: Any, Z: Any, X_test: Any, jitter: Any) -> tuple[
     return Z, X_test, jitter
 
 
-def variance_lost(kernel: Kernel, Z: Any, X_test: Any, jitter: float | None = None) -> jax.Array:
+def variance_lost(kernel: Kernel, Z: Any, X_test: Any, *, jitter: float | None = None) -> jax.Array:
     """Fraction of the prior variance SoR loses at each test point, 1 − Q_**/K_**, in [0, 1], shape (S,).
 
     Near 0 at and between well-placed inducing inputs; near 1 far from them, where SoR's predictive
     variance collapses (docs/mathematics.md#the-sor-family-and-its-variance-collapse) and DTC, FITC or VFE
-    should be preferred. It depends only on the
-    kernel, Z and X_test, not on the data.
+    should be preferred (the fraction SoR keeps, Q_**/K_**, is one minus this). It depends only on the
+    kernel, Z and X_test, not on the data. The validated form of :func:`prior_variance_lost`.
 
     Args:
         kernel: covariance function.
         Z: (M, D) or (M,) distinct inducing inputs.
         X_test: (S, D) or (S,) test inputs.
         jitter: relative jitter on K_uu (``None``: the policy of :mod:`bayes_rbfn.gp.linalg`).
+
+    Returns:
+        (S,) the fraction lost per test point.
     """
     Z, X_test, jitter = _prepare_diagnostic(kernel, Z, X_test, jitter)
     value = prior_variance_lost(kernel, Z, X_test, jitter)
@@ -461,19 +471,59 @@ def variance_lost(kernel: Kernel, Z: Any, X_test: Any, jitter: float | None = No
     return value
 
 
-def variance_retained(kernel: Kernel, Z: Any, X_test: Any, jitter: float | None = None) -> jax.Array:
-    """Fraction of the prior variance SoR keeps at each test point, Q_**/K_** = 1 − :func:`variance_lost`."""
-    return 1.0 - variance_lost(kernel, Z, X_test, jitter)
+def warn_if_collapsed(
+    lost: Any, *, threshold: float = COLLAPSE_THRESHOLD, model: str = "SoR", points: str = "test point"
+) -> int:
+    """Issue a :class:`VarianceCollapseWarning` when ``lost`` passes ``threshold`` at some points.
+
+    The one check behind :func:`collapse_warning` and :func:`bayes_rbfn.infer.collapse.collapse_check`:
+    the warning names ``model``, says at how many of the S ``points`` 1 − Q_**/K_** > ``threshold`` and
+    suggests DTC, FITC or VFE (or more inducing inputs there); silent otherwise.
+
+    Args:
+        lost: (S,) the fraction of the prior variance lost per point (:func:`variance_lost`).
+        threshold: the fraction lost that warns, in [0, 1).
+        model: the name the warning starts with.
+        points: what the S points are, for the message.
+
+    Returns:
+        The number of points past the threshold.
+    """
+    try:
+        threshold_value = float(threshold)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"threshold: expected a number in [0, 1), got {threshold!r}") from err
+    if not 0.0 <= threshold_value < 1.0:
+        raise ValueError(f"threshold: expected a number in [0, 1), got {threshold!r}")
+    lost = np.asarray(lost)
+    n_bad = int(np.sum(lost > threshold_value))
+    if n_bad:
+        n = int(lost.size)
+        warnings.warn(
+            f"{model}: the predictive variance has collapsed at {n_bad} of {n} {points}(s) "
+            f"({n_bad / n:.0%}): there the Nyström prior keeps less than {1 - threshold_value:.0%} of the "
+            "prior variance (Q_**/K_**), so the latent variance is near 0 and y*'s near σ² — overconfident "
+            "far from the inducing inputs Z. Use DTC, FITC or VFE (the models dtc, fitc, vfe or asor; "
+            "bayes_rbfn.gp.sparse.dtc / fitc / vfe), which keep the prior variance there, or add inducing "
+            "inputs near those points.",
+            VarianceCollapseWarning,
+            stacklevel=3,
+        )
+    return n_bad
 
 
 def collapse_warning(
-    kernel: Kernel, Z: Any, X_test: Any, threshold: float = 0.5, jitter: float | None = None
+    kernel: Kernel,
+    Z: Any,
+    X_test: Any,
+    *,
+    threshold: float = COLLAPSE_THRESHOLD,
+    jitter: float | None = None,
 ) -> jax.Array:
-    """Warn when SoR loses more than ``threshold`` of the prior variance at some test points.
+    """:func:`variance_lost`, and a :class:`VarianceCollapseWarning` where it passes ``threshold``.
 
-    Issues a :class:`VarianceCollapseWarning` that says at how many of the S test points
-    1 − Q_**/K_** > ``threshold`` and suggests DTC, FITC or VFE (or more inducing inputs there);
-    stays silent otherwise.
+    :func:`warn_if_collapsed` on :func:`variance_lost`: SoR's check at given hyperparameters (a fit's,
+    averaged over its posterior draws, is :func:`bayes_rbfn.infer.collapse.variance_collapse`).
 
     Args:
         kernel: covariance function, as :func:`variance_lost`.
@@ -485,23 +535,6 @@ def collapse_warning(
     Returns:
         The fraction lost per test point, :func:`variance_lost`, shape (S,).
     """
-    try:
-        threshold_value = float(threshold)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"threshold: expected a number in [0, 1), got {threshold!r}") from err
-    if not 0.0 <= threshold_value < 1.0:
-        raise ValueError(f"threshold: expected a number in [0, 1), got {threshold!r}")
-    lost = variance_lost(kernel, Z, X_test, jitter)
-    n_bad = int(np.sum(np.asarray(lost) > threshold_value))
-    if n_bad:
-        n = int(lost.shape[0])
-        warnings.warn(
-            f"SoR loses more than {threshold_value:.0%} of the prior variance at {n_bad} of {n} test "
-            f"point(s) ({n_bad / n:.0%}): they are far from the inducing inputs Z, where SoR's predictive "
-            "variance collapses towards 0 (σ² for y*). Consider DTC, FITC or VFE "
-            "(bayes_rbfn.gp.sparse.dtc / fitc / vfe), which keep the prior variance there, or add inducing "
-            "inputs near those points.",
-            VarianceCollapseWarning,
-            stacklevel=2,
-        )
+    lost = variance_lost(kernel, Z, X_test, jitter=jitter)
+    warn_if_collapsed(lost, threshold=threshold)
     return lost

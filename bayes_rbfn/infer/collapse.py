@@ -3,12 +3,14 @@
 Far from the inducing inputs the SoR prior at a test point is Q_** → 0, so the latent variance vanishes
 and y*'s tends to σ² (docs/mathematics.md#the-sor-family-and-its-variance-collapse). :func:`collapse_check`
 averages 1 − Q_**/K_**
-(:func:`bayes_rbfn.gp.sparse.prior_variance_lost`) over posterior draws and warns where it passes a threshold.
+(:func:`bayes_rbfn.gp.sparse.prior_variance_lost`, the one formula) over posterior draws and warns where it
+passes a threshold (:func:`bayes_rbfn.gp.sparse.warn_if_collapsed`, the one warning);
+:func:`variance_collapse` does the same for a stored fit. At given hyperparameters the same check is
+:func:`bayes_rbfn.gp.sparse.collapse_warning`.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,8 +32,9 @@ VARIANCE_COLLAPSE_MODELS: tuple[str, ...] = tuple(
     name for name, spec in model_specs().items() if spec.variance_collapses
 )
 
-#: Share of the prior variance lost (1 − Q_**/K_**) above which a prediction point counts as collapsed.
-COLLAPSE_THRESHOLD = 0.5
+#: Share of the prior variance lost (1 − Q_**/K_**) above which a prediction point counts as collapsed
+#: (:data:`bayes_rbfn.gp.sparse.COLLAPSE_THRESHOLD`).
+COLLAPSE_THRESHOLD = sparse.COLLAPSE_THRESHOLD
 
 #: Draws evaluated together by :func:`collapse_check` (memory: this × test batch × M).
 _DRAW_BATCH = 64
@@ -52,7 +55,8 @@ def collapse_check(
     Computes mean_s [1 − Q_**/K_**](θ_s) over the posterior draws θ_s (:func:`bayes_rbfn.gp.sparse.
     prior_variance_lost`, docs/mathematics.md#the-sor-family-and-its-variance-collapse) and, when ``warn``
     and some point exceeds ``threshold``, issues a
-    :class:`~bayes_rbfn.gp.sparse.VarianceCollapseWarning` naming ``model``. This is the hook for a driver
+    :class:`~bayes_rbfn.gp.sparse.VarianceCollapseWarning` naming ``model``
+    (:func:`bayes_rbfn.gp.sparse.warn_if_collapsed`). This is the hook for a driver
     that holds the model's pieces: :func:`bayes_rbfn.fit` calls it after sampling for every model in
     :data:`VARIANCE_COLLAPSE_MODELS`, and :func:`variance_collapse` on a stored
     fit.
@@ -69,9 +73,6 @@ def collapse_check(
     Returns:
         (S,) the share lost per point, in [0, 1].
     """
-    threshold = float(threshold)
-    if not 0.0 <= threshold < 1.0:
-        raise ValueError(f"threshold: expected a number in [0, 1), got {threshold!r}")
     Z = jnp.asarray(Z)
     if Z.ndim != 2:
         raise ValueError(f"Z: expected (M, D) inducing inputs, got shape {tuple(Z.shape)}")
@@ -93,18 +94,8 @@ def collapse_check(
             for s in range(0, X_eval.shape[0], DEFAULT_BATCH)
         ]
     )
-    n_bad = int(np.sum(lost > threshold))
-    if warn and n_bad:
-        n = lost.size
-        warnings.warn(
-            f"{model}: the predictive variance has collapsed at {n_bad} of {n} prediction point(s) "
-            f"({n_bad / n:.0%}): there the Nyström prior keeps less than {1 - threshold:.0%} of the prior "
-            "variance (posterior mean of Q_**/K_**), so the latent variance is near 0 and y*'s near σ² — "
-            "overconfident far from the inducing inputs. Use dtc, fitc, vfe or asor, which keep the prior "
-            "variance there, or add inducing inputs near those points.",
-            sparse.VarianceCollapseWarning,
-            stacklevel=2,
-        )
+    if warn:
+        sparse.warn_if_collapsed(lost, threshold=threshold, model=model, points="prediction point")
     return lost
 
 

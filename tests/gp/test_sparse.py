@@ -299,14 +299,13 @@ def test_dtc_loo_is_sor_loo(problem):
 
 
 def test_variance_lost_equals_dense(problem):
-    """variance_lost is 1 − Q_**/K_** from dense matrices, in [0, 1]; variance_retained its complement."""
+    """variance_lost is 1 − Q_**/K_** from dense matrices, in [0, 1]."""
     far = problem.Z[:2] + 50.0
     X_test = np.concatenate([problem.X_test, problem.Z, far])
     lost = sparse.variance_lost(problem.kernel, problem.Z, X_test, jitter=JITTER)
     expected = ref.variance_lost(problem.kernel, problem.Z, X_test, JITTER)
     assert_close(lost, np.clip(expected, 0.0, 1.0), scale=1.0)
     assert np.all((np.asarray(lost) >= 0) & (np.asarray(lost) <= 1))
-    assert_close(sparse.variance_retained(problem.kernel, problem.Z, X_test, jitter=JITTER), 1.0 - lost)
     n_test, m = problem.X_test.shape[0], problem.Z.shape[0]
     assert np.max(np.asarray(lost)[n_test : n_test + m]) < 1e-6  # at Z nothing is lost
     assert_close(np.asarray(lost)[-2:], 1.0, scale=1.0)  # far away everything is
@@ -320,6 +319,16 @@ def test_collapse_warning_far_points(problem):
     assert len(record) == 1
     assert issubclass(sparse.VarianceCollapseWarning, UserWarning)
     assert_close(lost, sparse.variance_lost(problem.kernel, problem.Z, X_test))
+
+
+def test_warn_if_collapsed_counts_the_points_past_the_threshold():
+    """The warning of both collapse checks counts the points past the threshold, names model and points."""
+    lost = np.array([0.0, 0.3, 0.61, 0.9, 1.0])
+    with pytest.warns(sparse.VarianceCollapseWarning, match=r"^rbfn: .* at 2 of 5 grid point\(s\) \(40%\)"):
+        assert sparse.warn_if_collapsed(lost, threshold=0.7, model="rbfn", points="grid point") == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert sparse.warn_if_collapsed(lost[:3], threshold=0.7) == 0
 
 
 def test_collapse_warning_silent_at_inducing_points(problem):
