@@ -147,35 +147,13 @@ def fit_birthdays(
     record = {"model": BIRTHDAYS, "years": years}
     samples, stats = run_chains(kernel, args, settings, run_record=record, on_chunk=on_chunk)
     posterior = {k: np.asarray(v) for k, v in samples.items() if k not in _UNSTORED}
-    dims = {
-        "week_rbfn_u": ["week_centre"],
-        "week_rbfn_alpha": ["week_centre"],
-        "y": ["day"],
-        "X": ["day", "column"],
-        "date": ["day"],
-        "births": ["day"],
-        "trend": ["day"],
-        "year": ["day"],
-        "week_trend": ["day"],
-        "weekday_effect": ["weekday"],
-        "holiday_effect": ["holiday"],
-        "day_of_year_effect": ["day_of_year"],
-    }
-    coords = {
-        "column": list(B.COLUMNS),
-        "weekday": ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"],
-        "holiday": list(B.HOLIDAYS),
-    }
     draws_only = arviz_compat.from_groups({"posterior": posterior})
     loo_values = replayed_loo(draws_only, B.birthdays_model, args, {}, batch_size=_BATCH)
     residuals = replayed_loo(draws_only, B.birthdays_model, args, {}, batch_size=_BATCH, statistic="residual")
 
-    chains, draws = settings.chains, settings.draws
-    per_chain = max(1, min(draws, -(-component_draws // chains)))
-    keep = np.unique(np.linspace(0, draws - 1, per_chain).astype(int))
-    flat, _ = flat_draws({k: np.asarray(v)[:, keep].reshape(-1, *v.shape[2:]) for k, v in posterior.items()})
-    predictions = {k: v.reshape(chains, len(keep), *v.shape[1:]) for k, v in components(flat, data).items()}
+    predictions, keep = _component_predictions(posterior, data, settings, component_draws)
 
+    dims, coords = _dims_coords()
     relative = data["y"] * data["y_sd"] + data["y_mean"]
     idata = arviz_compat.from_groups(
         {
@@ -200,3 +178,39 @@ def fit_birthdays(
     idata.constant_data.attrs.update({f"bayes_rbfn_{k}": v for k, v in scales.items()})
     idata.posterior.attrs.update({"bayes_rbfn_model": BIRTHDAYS, "bayes_rbfn_years": years or 0})
     return idata
+
+
+def _dims_coords() -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """(dims, coords) of the fit's variables: days, week centres, weekdays, holidays, days of the year."""
+    dims = {
+        "week_rbfn_u": ["week_centre"],
+        "week_rbfn_alpha": ["week_centre"],
+        "y": ["day"],
+        "X": ["day", "column"],
+        "date": ["day"],
+        "births": ["day"],
+        "trend": ["day"],
+        "year": ["day"],
+        "week_trend": ["day"],
+        "weekday_effect": ["weekday"],
+        "holiday_effect": ["holiday"],
+        "day_of_year_effect": ["day_of_year"],
+    }
+    coords = {
+        "column": list(B.COLUMNS),
+        "weekday": ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"],
+        "holiday": list(B.HOLIDAYS),
+    }
+    return dims, coords
+
+
+def _component_predictions(
+    posterior: dict[str, np.ndarray], data: dict[str, Any], settings: SamplerSettings, component_draws: int
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """(the components at draws spread evenly over each chain, (chain, kept draw, …); the kept draws)."""
+    chains, draws = settings.chains, settings.draws
+    per_chain = max(1, min(draws, -(-component_draws // chains)))
+    keep = np.unique(np.linspace(0, draws - 1, per_chain).astype(int))
+    flat, _ = flat_draws({k: np.asarray(v)[:, keep].reshape(-1, *v.shape[2:]) for k, v in posterior.items()})
+    predictions = {k: v.reshape(chains, len(keep), *v.shape[1:]) for k, v in components(flat, data).items()}
+    return predictions, keep
