@@ -100,7 +100,13 @@ def collapse_check(
 
 
 def variance_collapse(
-    idata: Any, X_test: Any = None, *, threshold: float = COLLAPSE_THRESHOLD, warn: bool | None = None
+    idata: Any,
+    X_test: Any = None,
+    *,
+    threshold: float = COLLAPSE_THRESHOLD,
+    warn: bool | None = None,
+    kernel: Any = None,
+    mean: Any = None,
 ) -> np.ndarray:
     """Share of the prior variance lost, 1 − Q_**/K_**, at X_test, averaged over a fit's posterior draws.
 
@@ -110,12 +116,15 @@ def variance_collapse(
         threshold: share above which a point counts as collapsed.
         warn: issue a :class:`~bayes_rbfn.gp.sparse.VarianceCollapseWarning` for collapsed points (default:
             when the model is in :data:`VARIANCE_COLLAPSE_MODELS`, i.e. its predictive does collapse there).
+        kernel: the ``kernel`` the fit was given, as :func:`bayes_rbfn.predict`, for a kernel object or a
+            family of one's own.
+        mean: the callable ``mean`` the fit was given, as :func:`bayes_rbfn.predict`.
 
     Returns:
         (S,) the share lost per point, in [0, 1]. Large values are harmless for dtc, fitc, vfe and asor,
         whose predictive restores the lost variance; for sor and rbfn they mark overconfident predictions.
     """
-    spec, config, data, params = rebuild(idata)
+    spec, config, data, params = rebuild(idata, kernel=kernel, mean=mean)
     if spec.grouped or "Z" not in data:
         raise ValueError(f"idata: the {spec.name!r} model has no (shared) inducing inputs to check")
     X_eval = idata.predictions_constant_data["X_pred"].values if X_test is None else X_test

@@ -52,7 +52,7 @@ from bayes_rbfn.infer.predictive import draw_work, model_moments
 from bayes_rbfn.infer.processes import check_same, common_subsample, data_summary, spread_over_processes
 from bayes_rbfn.infer.programs import by_program
 from bayes_rbfn.infer.sampler import SamplerSettings, nuts_kernel, resolve_init, run_chains, sample_stats
-from bayes_rbfn.infer.schema import carry, kernel_kind, posterior_params, rebuild
+from bayes_rbfn.infer.schema import kernel_kind, posterior_params, rebuild, rebuild_inputs
 from bayes_rbfn.io import arviz_compat
 from bayes_rbfn.models import ModelConfig, ModelSpec, get_model, model_specs
 from bayes_rbfn.models.distributions import deferred_loo
@@ -745,7 +745,7 @@ def fit(
             arviz_compat.add_groups(idata, {"posterior_predictive": {"y": replicates}}, dims={"y": ["obs"]})
         check_finite(idata)
         if X_holdout is not None:
-            _score_holdout(idata, X_holdout, y_holdout)
+            _score_holdout(idata, X_holdout, y_holdout, **rebuild_inputs(problem.spec, problem.config))
         _set_coords(idata, coords)
     if check_diagnostics:
         diagnostics.warn_if_poor(diagnostics.check_convergence(idata))
@@ -901,16 +901,20 @@ def holdout_split(
     return X[train], y[train], X[~train], y[~train]
 
 
-def _score_holdout(idata: Any, X_test: np.ndarray, y_test: np.ndarray) -> None:
+def _score_holdout(
+    idata: Any, X_test: np.ndarray, y_test: np.ndarray, *, kernel: Any = None, mean: Any = None
+) -> None:
     """Score the fit's predictive of y* at the held-out points; store them and the scores in ``idata``.
 
-    The scores are :func:`bayes_rbfn.infer.scores.score`'s.
+    The scores are :func:`bayes_rbfn.infer.scores.score`'s; ``kernel`` and ``mean`` are the fit's kernel
+    object or family of one's own and callable prior mean, which no file holds (as
+    :func:`bayes_rbfn.predict`).
     """
     import xarray as xr
 
     from bayes_rbfn.infer.scores import score
 
-    result = score(idata, X_test, y_test)
+    result = score(idata, X_test, y_test, kernel=kernel, mean=mean)
     result["holdout_after"] = float(np.max(idata.constant_data["X"].values[:, 0]))
     idata.constant_data["X_holdout"] = xr.DataArray(X_test, dims=("holdout", "input_dim"))
     idata.constant_data["y_holdout"] = xr.DataArray(y_test, dims=("holdout",))
@@ -1019,6 +1023,4 @@ def _to_inference_data(
         "bayes_rbfn_precision": config.precision,
     }
     idata.posterior.attrs.update(attrs)
-    # What the file cannot hold (a kernel object, a family of one's own, a callable mean), for predict().
-    carry(idata, config)
     return idata

@@ -491,9 +491,10 @@ def predict(
     combines them by the law of total variance. For posterior samples of a NumPyro model of one's own, see
     :func:`predict_model`.
 
-    The object ``fit`` returned also carries what a file cannot hold (a kernel object, a
-    :class:`~bayes_rbfn.models.families.KernelFamily` of one's own, a callable prior mean); a fit read
-    back with ``arviz.from_netcdf`` that used one needs it passed again as ``kernel`` / ``mean``.
+    The fit is rebuilt from what its InferenceData holds, alike in memory and read back with
+    ``arviz.from_netcdf``. What no file can hold is passed again: a kernel object or a
+    :class:`~bayes_rbfn.models.families.KernelFamily` of one's own as ``kernel``, a callable prior mean as
+    ``mean``; a fit that used one is refused without it, with a message naming the keyword.
 
     Args:
         idata: InferenceData from :func:`bayes_rbfn.fit` (or loaded from ``inference.nc``).
@@ -502,8 +503,9 @@ def predict(
         batch_size: test points per batch; ``None`` chooses: all of them for a model whose ``predict``
             streams (``sor``: each draw's factor computed once, draws batched within
             :data:`STREAM_BUDGET`), else :data:`DEFAULT_BATCH` (see :func:`model_moments`).
-        kernel: the ``kernel`` the fit was given, when the file cannot rebuild it (see above).
-        mean: the callable ``mean`` the fit was given, when the file cannot rebuild it.
+        kernel: the ``kernel`` the fit was given, when it was a kernel object or a family of one's own
+            (see above).
+        mean: the callable ``mean`` the fit was given, when it was one.
 
     Returns:
         A :class:`Predictive`: f_mean, f_var (chains, draws, S), the mixture moments, the noise σ per draw

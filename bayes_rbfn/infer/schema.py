@@ -23,26 +23,13 @@ from bayes_rbfn.models.layout import Layout
 from bayes_rbfn.models.likelihoods import get_likelihood
 
 __all__ = [
-    "CARRIED",
-    "carry",
     "hyperparameter_names",
     "kernel_kind",
     "posterior_params",
     "rebuild",
+    "rebuild_inputs",
     "rebuild_with_layout",
 ]
-
-#: The attribute of the InferenceData object returned by :func:`bayes_rbfn.fit` holding what its file
-#: cannot: the kernel family (a kernel object, a family of one's own) and a callable prior mean. A plain
-#: Python attribute of that object (``copy`` keeps it), so ``to_netcdf`` does not write it, and an ArviZ
-#: operation that builds a new object (``az.concat``, ``sel``) drops it; a fit read back from a file
-#: rebuilds a registered family by its name and needs the others given to :func:`rebuild`.
-CARRIED = "_bayes_rbfn_carried"
-
-
-def carry(idata: Any, config: ModelConfig) -> None:
-    """Attach to ``idata`` (as :data:`CARRIED`) the kernel family and prior mean of the fit's ``config``."""
-    setattr(idata, CARRIED, {"family": config.family, "mean": config.mean})
 
 
 def kernel_kind(family: Any) -> str:
@@ -54,6 +41,21 @@ def kernel_kind(family: Any) -> str:
     if FAMILIES.get(family.name) is family:
         return "registered"
     return "kernel" if family.fixed_kernel is not None else "family"
+
+
+def rebuild_inputs(spec: ModelSpec, config: ModelConfig) -> dict[str, Any]:
+    """What :func:`rebuild` needs given again to rebuild a fit of ``spec`` and ``config``: {kernel, mean}.
+
+    The kernel family when it is a kernel object or a family of one's own (a registered family and the
+    model's own are rebuilt from the file), the prior mean when it is a callable; empty when the file
+    holds everything.
+    """
+    given: dict[str, Any] = {}
+    if spec.family is None and kernel_kind(config.family) != "registered":
+        given["kernel"] = config.family
+    if not isinstance(config.mean, str):
+        given["mean"] = config.mean
+    return given
 
 
 def posterior_params(idata_or_samples: Any, fixed: Mapping[str, Any] | None = None) -> dict[str, jax.Array]:
@@ -74,10 +76,11 @@ def posterior_params(idata_or_samples: Any, fixed: Mapping[str, Any] | None = No
 def rebuild(idata: Any, *, kernel: Any = None, mean: Any = None) -> tuple[ModelSpec, ModelConfig, dict, dict]:
     """(spec, config, data, params) of a fit, from its InferenceData (in memory or from inference.nc).
 
-    The kernel family and a callable prior mean come from the object :func:`bayes_rbfn.fit` returned
-    (:data:`CARRIED`), from the file for a registered family, or from ``kernel`` and ``mean``: what the fit
-    was given (a kernel object, a :class:`KernelFamily` or a family name; the callable of X), needed for a
-    fit read back from a file that used one of its own.
+    Everything comes from the InferenceData's groups and attributes, so a fit in memory and the same fit
+    read back from its file rebuild alike. A registered kernel family and a named prior mean are rebuilt
+    from their stored names; what no file can hold comes from ``kernel`` and ``mean``, what the fit was
+    given: a kernel object or a :class:`KernelFamily` of one's own (or a family name), and a callable prior
+    mean of X. Without them such a fit is refused with a message naming the keyword to pass.
     """
     spec, config, data, _, params = rebuild_with_layout(idata, kernel=kernel, mean=mean)
     return spec, config, data, params
@@ -103,12 +106,11 @@ def rebuild_with_layout(
             "of a NumPyro model of your own use bayes_rbfn.predict_model(model, samples, X_test, *args)"
         )
     spec = get_model(str(attrs["bayes_rbfn_model"]))
-    carried = getattr(idata, CARRIED, None) or {}
-    family = _family(spec, attrs, carried, kernel)
+    family = _family(spec, attrs, kernel)
     fixed = {k: jnp.asarray(v) for k, v in json.loads(str(attrs.get("bayes_rbfn_fixed", "{}"))).items()}
     jitter_attr = attrs.get("bayes_rbfn_jitter", "")
     jitter = None if jitter_attr in ("", None) else float(jitter_attr)
-    mean = _mean(attrs, carried, mean)
+    mean = _mean(attrs, mean)
     config = ModelConfig(
         family=family,
         priors={},
@@ -136,10 +138,10 @@ def rebuild_with_layout(
     return spec, config, data, layout, posterior_params(idata, fixed)
 
 
-def _family(spec: ModelSpec, attrs: Mapping[str, Any], carried: Mapping[str, Any], kernel: Any) -> Any:
+def _family(spec: ModelSpec, attrs: Mapping[str, Any], kernel: Any) -> Any:
     """The fit's kernel family: ``kernel`` if given (checked against the stored name), else the fit's own.
 
-    The fit's own: the model's own, the carried one, or the registered family of the stored name.
+    The fit's own: the model's own, or the registered family of the stored name.
     """
     name = str(attrs["bayes_rbfn_kernel"])
     if kernel is not None:
@@ -151,8 +153,6 @@ def _family(spec: ModelSpec, attrs: Mapping[str, Any], carried: Mapping[str, Any
         return family
     if spec.family is not None:
         return spec.family
-    if "family" in carried:
-        return carried["family"]
     if name in FAMILIES:
         return FAMILIES[name]
     what = {"kernel": "a kernel object", "family": "a KernelFamily of one's own"}.get(
@@ -164,8 +164,8 @@ def _family(spec: ModelSpec, attrs: Mapping[str, Any], carried: Mapping[str, Any
     )
 
 
-def _mean(attrs: Mapping[str, Any], carried: Mapping[str, Any], mean: Any) -> Any:
-    """The fit's prior mean: its name from the file, or for a callable one ``mean`` or the carried one."""
+def _mean(attrs: Mapping[str, Any], mean: Any) -> Any:
+    """The fit's prior mean: its name from the file, or for a callable one ``mean``."""
     stored = str(attrs.get("bayes_rbfn_mean", "constant"))
     if mean is not None:
         if stored != "callable" or not callable(mean):
@@ -176,8 +176,6 @@ def _mean(attrs: Mapping[str, Any], carried: Mapping[str, Any], mean: Any) -> An
         return mean
     if stored != "callable":
         return stored
-    if "mean" in carried:
-        return carried["mean"]
     raise ValueError(
         "idata: the fit's prior mean was a Python callable, which the file cannot hold; pass it again, as "
         "in bayes_rbfn.predict(idata, X_test, mean=...)"

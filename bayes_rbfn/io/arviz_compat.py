@@ -167,9 +167,9 @@ def add_groups(
         if ARVIZ_1:
             idata[name] = xr.DataTree(dataset)
             idata.children = dict(sorted(idata.children.items(), key=lambda item: _rank(item[0])))
-        elif name in idata.groups():
-            setattr(idata, name, dataset)
         else:
+            if name in idata.groups():
+                del idata[name]  # InferenceData's add_groups would list a present group twice
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 idata.add_groups({name: dataset})

@@ -258,7 +258,8 @@ def test_predict_in_memory_is_the_dense_sor_conditional(fits, which):
     it also gives the stored predictions, which are computed by the same predictive (that check only shows
     that predict reads the fit's draws in their order)."""
     idata = fits[which]
-    pred = br.predict(idata, X_PRED)
+    given = {"kernel": FIXED_KERNEL} if which == "kernel" else {"kernel": FAMILY, "mean": fit_mean}
+    pred = br.predict(idata, X_PRED, **given)
     for draw in ((0, 0), (0, 57), (0, 99)):
         mean, var = _dense_sor_moments(idata, which, draw)
         assert_close(pred.f_mean[draw], mean, scale=np.max(np.abs(mean)))
@@ -287,19 +288,54 @@ REFUSALS = {
 }
 
 
+@pytest.mark.parametrize("source", ["memory", "file"])
 @pytest.mark.parametrize(("which", "refused_with", "match"), REFUSALS.values(), ids=REFUSALS)
-def test_predict_from_a_file_needs_what_it_cannot_hold(fits, tmp_path, which, refused_with, match):
-    """After writing and reading the netCDF file: refused with the keyword to pass; with it, the stored
-    predictions. A round trip: the values themselves are checked against the dense conditional in memory
+def test_predict_needs_what_no_file_can_hold(fits, tmp_path, which, refused_with, match, source):
+    """In memory as after writing and reading the netCDF file (the InferenceData holds nothing its file
+    does not): refused with the keyword to pass; with it, the stored predictions. A round trip: the values
+    themselves are checked against the dense conditional
     (test_predict_in_memory_is_the_dense_sor_conditional)."""
     path = tmp_path / "inference.nc"
     write_inference_data(fits[which], path)
-    loaded = arviz_compat.read_netcdf(path)
+    loaded = fits[which] if source == "memory" else arviz_compat.read_netcdf(path)
     keyword = "mean" if refused_with else "kernel"
     with pytest.raises(ValueError, match=rf"{match}.* bayes_rbfn.predict\(idata, X_test, {keyword}=\.\.\.\)"):
         br.predict(loaded, X_PRED, **refused_with)
     given = {"kernel": FIXED_KERNEL} if which == "kernel" else {"kernel": FAMILY, "mean": fit_mean}
     _assert_stored_predictions(br.predict(loaded, X_PRED, **given), fits[which])
+
+
+def test_holdout_scores_of_a_fit_with_a_kernel_object():
+    """fit(kernel=<object>, holdout=...) scores its held-out points (fit passes on the kernel it was given,
+    which no file holds): the stored RMSE is that of the mixture mean of the dense SoR predictive
+    (tests/reference.py) at the held-out inputs, from the stored draws of the noise."""
+    from bayes_rbfn.infer.fitting import backtest_scores
+
+    x = np.linspace(0.0, 6.0, 40)
+    idata = br.fit(
+        "sor",
+        x,
+        np.sin(x),
+        kernel=FIXED_KERNEL,
+        num_inducing=6,
+        holdout=0.25,
+        sampler=br.SamplerSettings(chains=1, draws=20, warmup=40, progress=False),
+        check_diagnostics=False,
+        log_likelihood=False,
+        posterior_predictive=0,
+    )
+    cd, noise = idata.constant_data, idata.posterior["noise"].values[0]
+    spec = {"kind": "se", "lengthscale": 0.7, "variance": 1.0}
+    A, B, y_fit = cd["X"].values, cd["Z"].values, idata.observed_data["y"].values
+    X_out, y_out = cd["X_holdout"].values, cd["y_holdout"].values
+    c = cd["y_offset"].values.item()
+    Kfu, Kuu, Ksu = (dense_ref.gram(spec, P, B) for P in (A, B, X_out))
+    means = [
+        dense_ref.sor_function_space(Kfu, dense_ref.jittered(Kuu, JITTER), Ksu, y_fit - c, s)[0] + c
+        for s in noise
+    ]
+    expected = np.sqrt(np.mean((np.mean(means, axis=0) - y_out) ** 2))
+    assert_close(backtest_scores(idata)["rmse"], expected, rtol=1e-6)
 
 
 def test_predict_refuses_a_kernel_other_than_the_fits(fits, tmp_path):
@@ -310,4 +346,4 @@ def test_predict_refuses_a_kernel_other_than_the_fits(fits, tmp_path):
     ):
         br.predict(arviz_compat.read_netcdf(path), X_PRED, kernel="matern52")
     with pytest.raises(ValueError, match=r"mean: only a fit with a callable prior mean takes one"):
-        br.predict(fits["kernel"], X_PRED, mean=jnp.sin)
+        br.predict(fits["kernel"], X_PRED, kernel=FIXED_KERNEL, mean=jnp.sin)
