@@ -28,7 +28,6 @@ from bayes_rbfn.cli.common import (
     quiet_libraries,
 )
 from bayes_rbfn.cli.options import (
-    DEFAULT_TARGET_ACCEPT,
     data_arguments,
     fraction,
     kernel_arguments,
@@ -38,6 +37,7 @@ from bayes_rbfn.cli.options import (
     option_error,
     output_arguments,
     sampler_arguments,
+    sampler_settings,
     slug,
 )
 from bayes_rbfn.io.datasets import Dataset, default_dataset
@@ -216,7 +216,6 @@ def plan_compare(args: argparse.Namespace) -> ComparePlan:
 )
 def _run_compare(args: argparse.Namespace, console: Console) -> int:
     from bayes_rbfn.gp.sparse import VarianceCollapseWarning
-    from bayes_rbfn.infer.sampler import SamplerSettings
     from bayes_rbfn.io.netcdf import write_inference_data
     from bayes_rbfn.io.output import atomic_output_dir, output_lock, remove_leftovers
     from bayes_rbfn.workflows.compare import compare_models
@@ -256,16 +255,8 @@ def _run_compare(args: argparse.Namespace, console: Console) -> int:
                 on_fit=announce,
                 kernel=plan.kernel,
                 check_diagnostics=False,
-                sampler=SamplerSettings(
-                    chains=args.chains,
-                    draws=args.draws,
-                    warmup=args.warmup,
-                    seed=args.seed,
-                    target_accept=args.target_accept or DEFAULT_TARGET_ACCEPT,
-                    dense_mass=args.dense_mass,
-                    max_tree_depth=args.max_tree_depth or planning.DEFAULT_MAX_TREE_DEPTH,
-                    init=args.init,
-                    progress=not console.quiet,
+                sampler=sampler_settings(
+                    args, max_tree_depth=planning.DEFAULT_MAX_TREE_DEPTH, progress=not console.quiet
                 ),
                 **held_out,
             )

@@ -39,7 +39,6 @@ from bayes_rbfn.cli.common import (
 )
 from bayes_rbfn.cli.options import (
     DEFAULT_CHECKPOINT_EVERY,
-    DEFAULT_TARGET_ACCEPT,
     data_arguments,
     dataset_descriptions,
     fraction,
@@ -54,6 +53,7 @@ from bayes_rbfn.cli.options import (
     output_arguments,
     positive_int,
     sampler_arguments,
+    sampler_settings,
     slug,
 )
 from bayes_rbfn.cli.resume import (
@@ -494,17 +494,9 @@ def _prepare_output(args: argparse.Namespace, data: Dataset) -> str | Path:
 
 def _sampler_settings(args: argparse.Namespace, packaged: str, out: Path) -> SamplerSettings:
     """The NUTS settings of the options, checkpointed into ``OUT.partial/sampler``."""
-    from bayes_rbfn.infer.sampler import SamplerSettings
-
-    return SamplerSettings(
-        chains=args.chains,
-        draws=args.draws,
-        warmup=args.warmup,
-        seed=args.seed,
-        target_accept=args.target_accept or DEFAULT_TARGET_ACCEPT,
-        dense_mass=args.dense_mass,
-        max_tree_depth=args.max_tree_depth or planning.default_max_tree_depth(packaged),
-        init=args.init,
+    return sampler_settings(
+        args,
+        max_tree_depth=planning.default_max_tree_depth(packaged),
         progress=not args.quiet,
         checkpoint=partial_dir(out) / "sampler",
         chunk_size=args.checkpoint_every,

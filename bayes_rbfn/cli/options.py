@@ -72,6 +72,7 @@ __all__ = [
     "positive_int",
     "probability",
     "sampler_arguments",
+    "sampler_settings",
     "seed",
     "slug",
     "tree_depth",
@@ -88,6 +89,36 @@ DEFAULT_WARMUP = 500
 
 
 DEFAULT_TARGET_ACCEPT = 0.8
+
+
+def sampler_settings(
+    args: argparse.Namespace, *, max_tree_depth: int, progress: bool, **checkpointing: Any
+) -> Any:
+    """The NUTS settings that ``--chains`` … ``--init`` give, as one SamplerSettings.
+
+    Args:
+        args: the parsed options.
+        max_tree_depth: the depth when ``--max-tree-depth`` is not given.
+        progress: show a progress bar.
+        **checkpointing: ``checkpoint`` and ``chunk_size``, where the command checkpoints.
+
+    Returns:
+        The :class:`~bayes_rbfn.infer.sampler.SamplerSettings`.
+    """
+    from bayes_rbfn.infer.sampler import SamplerSettings
+
+    return SamplerSettings(
+        chains=args.chains,
+        draws=args.draws,
+        warmup=args.warmup,
+        seed=args.seed,
+        target_accept=args.target_accept or DEFAULT_TARGET_ACCEPT,
+        dense_mass=args.dense_mass,
+        max_tree_depth=args.max_tree_depth or max_tree_depth,
+        init=args.init,
+        progress=progress,
+        **checkpointing,
+    )
 
 
 #: Iterations between checkpoints of ``bayes-rbfn fit`` (see bayes_rbfn.infer.checkpoint).
