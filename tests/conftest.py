@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from bayes_rbfn import runtime
+from bayes_rbfn.io import arviz_compat  # noqa: F401  (imports ArviZ safely before a test module does)
 
 #: XLA's CPU code generation for the suite's processes (inherited by the CLI's subprocesses and the notebooks'
 #: kernels): the older LLVM emitters instead of the fusion emitters, XLA's default in jaxlib 0.9. The suite

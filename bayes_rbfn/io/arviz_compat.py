@@ -28,12 +28,33 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
 
-import numpyro  # noqa: F401  (before arviz: see the module docstring)
-
-import arviz as az  # isort: skip
 import numpy as np
+import numpyro  # noqa: F401  (before arviz: see the module docstring)
 import pandas as pd
 import xarray as xr
+
+
+def _import_arviz() -> Any:
+    """Import ArviZ, once more if its once-a-day notice lost a race with another process.
+
+    ArviZ 0.23 writes a date stamp on the first import of a day through one shared temporary file, which
+    it then renames; of two processes importing it at that moment (two test workers, or two processes of
+    one run), the second finds the file already renamed and its import fails with ``FileNotFoundError``.
+    The stamp is then written, so the second import skips the write. Any other error is raised as it is.
+
+    Returns:
+        The ``arviz`` module.
+    """
+    try:
+        import arviz
+    except FileNotFoundError as error:
+        if "daily_warning" not in str(error):
+            raise
+        import arviz
+    return arviz
+
+
+az = _import_arviz()
 
 __all__ = [
     "ARVIZ_1",

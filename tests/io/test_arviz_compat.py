@@ -20,6 +20,7 @@ on Python 3.13):
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -259,3 +260,52 @@ def test_importing_arviz_first_then_numpyro_distributions_still_samples(tmp_path
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "sampled (10,)" in done.stdout
+
+
+_LOSE_THE_STAMP_RACE = """
+import pathlib
+
+_replace = pathlib.Path.replace
+lost = []
+
+
+def replace(self, target):
+    # Another process renames the shared temporary file first: its stamp is there, ours is gone.
+    target = pathlib.Path(target)
+    if target.name == "daily_warning" and not lost:
+        lost.append(True)
+        _replace(self, target)
+        raise FileNotFoundError(2, "No such file or directory", str(self), None, str(target))
+    return _replace(self, target)
+
+
+pathlib.Path.replace = replace
+"""
+
+
+@pytest.mark.parametrize(
+    "importer",
+    [
+        pytest.param("import bayes_rbfn.io.arviz_compat", id="the-package"),
+        pytest.param("import arviz", id="arviz-alone-fails-on-0.x"),
+    ],
+)
+def test_two_processes_importing_arviz_at_once_on_a_new_day_both_import(tmp_path, importer):
+    """ArviZ 0.23's daily notice renames one shared temporary file; the process that renames second fails.
+
+    The race is replayed in one process: the rename is made to lose once, as it does when another process
+    renamed the file first. The package's import survives it; a plain ``import arviz`` of 0.x does not,
+    which shows that the replay meets the race.
+    """
+    script = _LOSE_THE_STAMP_RACE + f"\n{importer}\nprint('imported', bool(lost))\n"
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env
+    )
+    if importer == "import arviz":
+        if azc.ARVIZ_1:
+            pytest.skip("ArviZ 1.x writes no daily stamp")
+        assert done.returncode != 0 and "daily_warning" in done.stderr
+    else:
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.split() == ["imported", str(not azc.ARVIZ_1)]
