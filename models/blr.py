@@ -8,7 +8,8 @@ inputs Z that :func:`bayes_rbfn.fit` chooses (``num_inducing=M``):
 
 NUTS samples only the weight precision α and the noise precision β; the weights are marginalised
 analytically, so the log density is the evidence ``ln p(t | α, β) = ln N(t | 0, ΦΦᵀ/α + I/β)`` (Bishop
-(3.86), :func:`bayes_rbfn.gp.blr.log_evidence`, O(NM² + M³)). Per draw:
+(3.86), O(NM² + M³)). Its one covariance is factorised once (see ``log_likelihood`` below), and the
+evidence, the predictive, the replicates and the LOO conditionals all come from that factor. Per draw:
 
 * predictive (``predict``): Bishop (3.58)–(3.59) for the latent y(x, w) = wᵀφ(x), i.e. mean
   ``m_Nᵀ φ(x) + c`` and variance ``φ(x)ᵀ S_N φ(x)`` *without* the 1/β term (docs/output.md stores the latent
@@ -67,7 +68,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-from bayes_rbfn.gp import block_loo, blr, linalg, sparse, woodbury_sums
+from bayes_rbfn.gp import block_loo, conditional, linalg, sparse, woodbury_sums
 from bayes_rbfn.gp.kernels import SquaredExponential
 from bayes_rbfn.models.common import ModelMarginal, observe, sample_or_pin
 from bayes_rbfn.models.families import DataScales, KernelFamily
@@ -206,19 +207,21 @@ def replicate(
 
 @partial(jax.jit, static_argnames="config")
 def log_density(params: dict, data: dict, config: ModelConfig) -> jax.Array:
-    """The evidence ``ln N(y − c | 0, ΦΦᵀ/α + I/β)``, Bishop (3.86), O(NM² + M³); -inf on failure."""
-    Phi = design_matrix(data["X"], data["Z"])
-    t = data["y"] - data["y_offset"]
-    return linalg.finite_or_neg_inf(blr.log_evidence(Phi, t, params["alpha"], params["beta"]))
+    """The evidence ``ln N(y − c | 0, ΦΦᵀ/α + I/β)``, Bishop (3.86), O(NM² + M³); -inf on failure.
+
+    The log density of the factor of :func:`_woodbury`.
+    """
+    return linalg.finite_or_neg_inf(_woodbury(params, data)[0].log_marginal_likelihood())
 
 
 def predict(params: dict, data: dict, config: ModelConfig, X_test):
-    """Per-draw moments of the latent y(x, w) at X_test, Bishop (3.58)–(3.59) without 1/β: ((S,), (S,))."""
-    Phi = design_matrix(data["X"], data["Z"])
-    post = blr.posterior(Phi, data["y"] - data["y_offset"], params["alpha"], params["beta"])
-    moments = blr.predictive(
-        design_matrix(X_test, data["Z"]), post, params["beta"], full_cov=False, include_noise=False
-    )
+    """Per-draw moments of the latent y(x, w) at X_test, Bishop (3.58)–(3.59) without 1/β: ((S,), (S,)).
+
+    SoR's predictive of the factor of :func:`_woodbury`: with K_*u = φ(x*)ᵀ and K_uu = αI, its weight
+    covariance (K_uu + K_uf K_fu β)⁻¹ is Bishop's S_N (3.54) and its mean Bishop's m_Nᵀφ(x*) (3.53).
+    """
+    factor, kernel, _ = _woodbury(params, data)
+    moments = conditional.sor_predict(factor, kernel, data["Z"], X_test, full_cov=False)
     return moments.mean + data["y_offset"], moments.var
 
 
