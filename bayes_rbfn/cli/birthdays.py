@@ -93,7 +93,7 @@ def plan(args: argparse.Namespace) -> BirthdaysPlan:
             init=args.init,
             progress=not args.quiet,
             checkpoint=partial_dir(out) / "sampler",
-            chunk_size=args.checkpoint_every,
+            checkpoint_every=args.checkpoint_every,
         )
     except ValueError as err:
         raise UserError(str(err)) from None

@@ -258,7 +258,7 @@ def run(args: argparse.Namespace, console: Console, checks: SingleProcessChecks)
                 max_tree_depth=args.max_tree_depth or planning.DEFAULT_MAX_TREE_DEPTH,
                 progress=rank == 0 and not args.quiet,
                 checkpoint=checkpoint,
-                chunk_size=args.checkpoint_every,
+                checkpoint_every=args.checkpoint_every,
                 check_diagnostics=False,
             )
         except ProcessLostError as err:

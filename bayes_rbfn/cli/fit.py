@@ -499,7 +499,7 @@ def _sampler_settings(args: argparse.Namespace, packaged: str, out: Path) -> Sam
         max_tree_depth=planning.default_max_tree_depth(packaged),
         progress=not args.quiet,
         checkpoint=partial_dir(out) / "sampler",
-        chunk_size=args.checkpoint_every,
+        checkpoint_every=args.checkpoint_every,
     )
 
 
@@ -665,7 +665,7 @@ def _check_result_size(
         draws=args.draws,
         warmup=args.warmup,
         params=params,
-        chunk_size=args.checkpoint_every,
+        checkpoint_every=args.checkpoint_every,
     )
     try:
         checkpoint -= sum(p.stat().st_size for p in partial_dir(out).rglob("*") if p.is_file())

@@ -100,7 +100,7 @@ def sampler_settings(
         args: the parsed options.
         max_tree_depth: the depth when ``--max-tree-depth`` is not given.
         progress: show a progress bar.
-        **checkpointing: ``checkpoint`` and ``chunk_size``, where the command checkpoints.
+        **checkpointing: ``checkpoint`` and ``checkpoint_every``, where the command checkpoints.
 
     Returns:
         The :class:`~bayes_rbfn.infer.sampler.SamplerSettings`.

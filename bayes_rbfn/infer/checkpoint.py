@@ -46,7 +46,7 @@ from bayes_rbfn.io.output import atomic_write_bytes
 
 __all__ = [
     "CHECKPOINT_FILE",
-    "DEFAULT_CHUNK_SIZE",
+    "DEFAULT_CHECKPOINT_EVERY",
     "FILE_OVERHEAD",
     "Checkpoint",
     "CheckpointError",
@@ -61,7 +61,7 @@ CHECKPOINT_FILE = "checkpoint.json"
 FORMAT = "bayes_rbfn.infer.checkpoint"
 VERSION = 1
 #: Iterations per chunk (warm-up and draws alike).
-DEFAULT_CHUNK_SIZE = 50
+DEFAULT_CHECKPOINT_EVERY = 50
 
 
 class CheckpointError(ValueError):
@@ -102,7 +102,7 @@ def fingerprint(arrays: Any, settings: Mapping[str, Any]) -> dict:
 FILE_OVERHEAD = 4096
 
 
-def checkpoint_bytes(*, chains: int, draws: int, warmup: int, params: int, chunk_size: int) -> int:
+def checkpoint_bytes(*, chains: int, draws: int, warmup: int, params: int, checkpoint_every: int) -> int:
     """Bytes on disk of a finished checkpoint folder, roughly from above.
 
     One chunk file per chunk that holds kept iterations (``params`` values and the
@@ -111,7 +111,8 @@ def checkpoint_bytes(*, chains: int, draws: int, warmup: int, params: int, chunk
     ``params × params`` matrices per chain) and the manifest, each file with :data:`FILE_OVERHEAD`.
     """
     total = warmup + draws
-    chunk_files = total // chunk_size - warmup // chunk_size + (1 if total % chunk_size else 0)
+    every = checkpoint_every
+    chunk_files = total // every - warmup // every + (1 if total % every else 0)
     chunks = chunk_files * FILE_OVERHEAD + 8 * chains * draws * (params + 6)
     states = 2 * (FILE_OVERHEAD + 8 * chains * (4 * params * params + 8 * params + 32))
     manifest = FILE_OVERHEAD + 100 * (chunk_files + 1)

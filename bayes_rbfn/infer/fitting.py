@@ -639,7 +639,7 @@ def fit(
         sampler: the NUTS settings as one :class:`~bayes_rbfn.infer.sampler.SamplerSettings`, or give its
             fields by name in ``options`` (``chains``, ``draws``, ``warmup``, ``seed``, ``target_accept``,
             ``dense_mass``, ``max_tree_depth``, ``init``, ``chain_method``, ``progress``, ``checkpoint``,
-            ``chunk_size``), not both.
+            ``checkpoint_every``), not both.
         shard: ``True`` or a :class:`jax.sharding.Mesh` with a ``"data"`` axis: split the ``sor`` model's
             O(NM²) pass over the devices (chains then run one after the other).
         holdout_after: a backtest for one input: fit the points with x ≤ ``holdout_after`` and score the

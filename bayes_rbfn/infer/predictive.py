@@ -26,7 +26,7 @@ from bayes_rbfn.gp.streaming import to_host
 
 __all__ = [
     "Band",
-    "Predictive",
+    "PredictiveSummary",
     "band_of_the_mean",
     "band_of_y",
     "compiled_predict",
@@ -71,8 +71,10 @@ def streamed_batches(S: int, M: int, budget: int = STREAM_BUDGET, N: int | None 
 
 
 @dataclass(frozen=True)
-class Predictive:
+class PredictiveSummary:
     """Posterior predictive summary at S test points: per-draw moments and their mixture over draws.
+
+    Not NumPyro's ``Predictive``, which draws samples from a model: this holds moments, in closed form.
 
     Attributes:
         f_mean, f_var: per-draw moments of the latent f* (noise excluded), with the draws on the leading
@@ -91,7 +93,7 @@ class Predictive:
     noise: np.ndarray | None = None
 
     @classmethod
-    def from_draws(cls, f_mean: Any, f_var: Any, noise: Any | None = None) -> Predictive:
+    def from_draws(cls, f_mean: Any, f_var: Any, noise: Any | None = None) -> PredictiveSummary:
         """The summary of per-draw moments, mixed over draws by :func:`mixture_moments`.
 
         Args:
@@ -483,7 +485,7 @@ def predict(
     batch_size: int | None = None,
     kernel: Any = None,
     mean: Any = None,
-) -> Predictive:
+) -> PredictiveSummary:
     """Posterior predictive at new inputs from a fit's InferenceData.
 
     Rebuilds the model and data from ``idata`` (its ``constant_data`` and the ``bayes_rbfn_*``
@@ -508,8 +510,8 @@ def predict(
         mean: the callable ``mean`` the fit was given, when it was one.
 
     Returns:
-        A :class:`Predictive`: f_mean, f_var (chains, draws, S), the mixture moments, the noise σ per draw
-        (``pred.quantiles``, ``pred.band``).
+        A :class:`PredictiveSummary`: f_mean, f_var (chains, draws, S), the mixture moments, the noise σ per
+        draw (``pred.quantiles``, ``pred.band``).
     """
     from bayes_rbfn.infer.schema import rebuild
 
@@ -526,7 +528,7 @@ def predict(
     extra = tuple(jnp.asarray(np.asarray(given[name], dtype=np.int32)) for name in spec.predictive_inputs)
 
     f_mean, f_var = model_moments(spec, config, data, params, X_test, extra=extra, batch_size=batch_size)
-    return Predictive.from_draws(f_mean, f_var, noise_draws(params, f_mean.shape[:2], group=group))
+    return PredictiveSummary.from_draws(f_mean, f_var, noise_draws(params, f_mean.shape[:2], group=group))
 
 
 def predict_model(
@@ -540,7 +542,7 @@ def predict_model(
     batch_size: int | None = DEFAULT_BATCH,
     draw_batch: int = 64,
     **kwargs: Any,
-) -> Predictive:
+) -> PredictiveSummary:
     """Posterior predictive at new inputs of a NumPyro model of one's own, from its posterior samples.
 
     Replays ``model(*args, **kwargs)`` at every posterior draw with the draw substituted
@@ -555,7 +557,7 @@ def predict_model(
       K_*u α, known given the draw's weights (f_var = 0); the likelihood is the model's own, so σ comes
       only from ``noise_site``.
 
-    The per-draw moments are then mixed over draws as :func:`predict` does (:class:`Predictive`)::
+    The per-draw moments are then mixed over draws as :func:`predict` does (:class:`PredictiveSummary`)::
 
         pred = bayes_rbfn.predict_model(model, mcmc.get_samples(), X_new, X, Z, y)
         pred.f_mean, pred.f_var                    # (draws, S): each draw's moments of f*
@@ -577,9 +579,10 @@ def predict_model(
         **kwargs: the model's keyword arguments *with the observed data* (as given to ``MCMC.run``).
 
     Returns:
-        A :class:`Predictive`: ``f_mean``, ``f_var`` with the draws on the leading axes, (T, S) from a dict
-        or (chains, draws, S) from an InferenceData; mixture ``mean``, ``var`` (f*), ``var_y`` (y*);
-        ``noise`` σ per draw; :meth:`Predictive.quantiles` and :meth:`Predictive.band` of y* or f*.
+        A :class:`PredictiveSummary`: ``f_mean``, ``f_var`` with the draws on the leading axes, (T, S) from a
+        dict or (chains, draws, S) from an InferenceData; mixture ``mean``, ``var`` (f*), ``var_y`` (y*);
+        ``noise`` σ per draw; :meth:`PredictiveSummary.quantiles` and :meth:`PredictiveSummary.band` of y*
+        or f*.
 
     References:
         [1] Quiñonero-Candela, J. & Rasmussen, C. E. (2005). A unifying view of sparse approximate Gaussian
@@ -661,7 +664,7 @@ def predict_model(
                 for s in range(0, total, draw_batch)
             ]
         ).reshape(lead)
-    return Predictive.from_draws(f_mean.reshape(*lead, S), f_var.reshape(*lead, S), noise)
+    return PredictiveSummary.from_draws(f_mean.reshape(*lead, S), f_var.reshape(*lead, S), noise)
 
 
 def _is_latent(node: Mapping[str, Any]) -> bool:
@@ -787,7 +790,7 @@ def band_of_the_mean(idata: Any, masses: Sequence[float]) -> Band:
 
 
 def sample_predictive(
-    pred: Predictive, noise: Any | None = None, *, num_samples: int | None = None, seed: int = 0
+    pred: PredictiveSummary, noise: Any | None = None, *, num_samples: int | None = None, seed: int = 0
 ) -> np.ndarray:
     """Draws from the predictive: one Gaussian draw per posterior draw (marginal, per test point).
 

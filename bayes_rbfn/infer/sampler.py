@@ -45,7 +45,7 @@ from bayes_rbfn.defaults import (
     MAX_TREE_DEPTH,
 )
 from bayes_rbfn.gp.validation import check_positive_int
-from bayes_rbfn.infer.checkpoint import DEFAULT_CHUNK_SIZE, Checkpoint, CheckpointError
+from bayes_rbfn.infer.checkpoint import DEFAULT_CHECKPOINT_EVERY, Checkpoint, CheckpointError
 from bayes_rbfn.infer.programs import by_program
 from bayes_rbfn.runtime import single_threaded_blas
 
@@ -103,9 +103,10 @@ class SamplerSettings:
             else one after the other on a CPU and vectorised on an accelerator
             (:func:`resolve_chain_method`).
         progress: a progress bar on stderr.
-        checkpoint: a folder to save the state and draws in after every ``chunk_size`` iterations (and to
-            resume from), or None.
-        chunk_size: iterations per chunk with a checkpoint (and per progress-bar update without).
+        checkpoint: a folder to save the state and draws in after every ``checkpoint_every`` iterations
+            (and to resume from), or None.
+        checkpoint_every: iterations between checkpoints (and between progress-bar updates without one).
+            Not the ``chunk_size`` of the models' streamed passes, which counts data points.
     """
 
     chains: int = 4
@@ -119,7 +120,7 @@ class SamplerSettings:
     chain_method: str | None = None
     progress: bool = True
     checkpoint: str | os.PathLike[str] | None = None
-    chunk_size: int = DEFAULT_CHUNK_SIZE
+    checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY
 
     def __post_init__(self) -> None:
         """Check every setting's type and range.
@@ -127,7 +128,7 @@ class SamplerSettings:
         Raises:
             ValueError: naming the first setting out of range.
         """
-        for name in ("chains", "draws", "warmup", "max_tree_depth", "chunk_size"):
+        for name in ("chains", "draws", "warmup", "max_tree_depth", "checkpoint_every"):
             check_positive_int(getattr(self, name), name)
         if self.max_tree_depth > MAX_TREE_DEPTH:
             raise ValueError(
@@ -524,11 +525,11 @@ def chain_advance(kernel: Any, batched: bool = False) -> Callable[[Any, tuple, i
 def _chunk_length(settings: SamplerSettings) -> int:
     total = settings.warmup + settings.draws
     if settings.checkpoint is not None:
-        return settings.chunk_size
+        return settings.checkpoint_every
     if not settings.progress:
         return total  # one compiled scan
     # One compiled program for every chunk: a length that divides the run, else the run in one piece.
-    length = math.gcd(total, settings.chunk_size)
+    length = math.gcd(total, settings.checkpoint_every)
     return length if length >= _MIN_PROGRESS_CHUNK else total
 
 

@@ -66,7 +66,7 @@ def run(cfg, clock):
                 progress=False,
                 check_diagnostics=False,
                 checkpoint=folder,
-                chunk_size=cfg["chunk"],
+                checkpoint_every=cfg["chunk"],
                 init=cfg.get("init", "median"),
                 dense_mass=True,
             )

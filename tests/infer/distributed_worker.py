@@ -109,7 +109,7 @@ def fit(checkpoint: str | None = None, X_pred=X_TEST) -> dict:
         posterior_predictive=5,
     )
     if checkpoint is not None:
-        options.update(checkpoint=checkpoint, chunk_size=10)
+        options.update(checkpoint=checkpoint, checkpoint_every=10)
     X, y = (X_MINE, Y_MINE) if PROCESSES > 1 else (X_ALL, Y_ALL)
     idata = bayes_rbfn.fit("sor", X, y, **options)
     out = {f"posterior_{k}": v.values for k, v in idata.posterior.items()}

@@ -80,7 +80,7 @@ def test_an_edited_manifest_is_refused_as_corrupt_and_left_alone(saved, change, 
 
 #: A real fit's checkpoint: one chain, 10 warm-up iterations and 10 draws, a chunk per iteration.
 FIT = dict(
-    num_inducing=6, chains=1, warmup=10, draws=10, chunk_size=1, progress=False, check_diagnostics=False
+    num_inducing=6, chains=1, warmup=10, draws=10, checkpoint_every=1, progress=False, check_diagnostics=False
 )
 
 

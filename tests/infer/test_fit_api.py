@@ -273,7 +273,8 @@ def test_sample_predictive_moments():
     false alarm 4 · 5.7e-7)."""
     f_mean = stochastic.rng(3).normal(size=(2, 10000, 2))
     f_var = np.full((2, 10000, 2), 0.25)
-    pred = predictive.Predictive(f_mean, f_var, *predictive.mixture_moments(f_mean, f_var)[:2], var_y=None)
+    mean, var = predictive.mixture_moments(f_mean, f_var)[:2]
+    pred = predictive.PredictiveSummary(f_mean, f_var, mean, var, var_y=None)
     draws = predictive.sample_predictive(pred, seed=stochastic.seed(4))
     assert draws.shape == (20000, 2)
     se = np.sqrt(pred.var / 20000)

@@ -194,7 +194,7 @@ def test_the_nuts_loop_equals_numpyro_mcmc_draw_for_draw(tmp_path, model, chains
         # the reference's dense_mass=True
     )
     runs = {"no-checkpoint": fit(model, X, y, **options)} if whole else {}
-    runs["chunks-of-7"] = fit(model, X, y, checkpoint=tmp_path / "c7", chunk_size=7, **options)
+    runs["chunks-of-7"] = fit(model, X, y, checkpoint=tmp_path / "c7", checkpoint_every=7, **options)
     compared = set(samples) & set(runs["chunks-of-7"].posterior.data_vars)
     assert {"lengthscale", "variance", "noise"} <= compared
     for run, idata in runs.items():
@@ -208,12 +208,12 @@ def test_the_nuts_loop_equals_numpyro_mcmc_draw_for_draw(tmp_path, model, chains
             idata.sample_stats["lp"].values, -extra["potential_energy"], err_msg=run
         )
     # a second call on a finished checkpoint of the same run samples nothing and returns the same draws
-    again = fit(model, X, y, checkpoint=tmp_path / "c7", chunk_size=7, **options)
+    again = fit(model, X, y, checkpoint=tmp_path / "c7", checkpoint_every=7, **options)
     np.testing.assert_array_equal(again.posterior["noise"].values, samples["noise"])
     # the same folder for other data: refused, untouched
     before = snapshot(tmp_path / "c7")
     with pytest.raises(checkpoint.CheckpointError, match="different run"):
-        fit(model, X, y + 1.0, checkpoint=tmp_path / "c7", chunk_size=7, **options)
+        fit(model, X, y + 1.0, checkpoint=tmp_path / "c7", checkpoint_every=7, **options)
     assert snapshot(tmp_path / "c7") == before
 
 
