@@ -20,7 +20,9 @@ The observation model is the user's::
 
 :func:`predict_rbfn` maps posterior draws of α and the hyperparameters to f* = m(x*) + K_*u α at new inputs;
 :func:`bayes_rbfn.infer.predictive.predict_model` does the same from the model itself, replaying it at each
-draw inside :func:`recording_layers`, where every layer call also records its :class:`LayerRecord`.
+draw and reading each layer's :class:`LayerRecord` from the model's trace (:func:`layer_records`): the
+weights' deterministic site ``{name}_alpha`` carries the layer's kernel, centres and mean in its NumPyro
+message, so nothing is kept outside the trace.
 
 Where the data pin f down (thousands of points on a smooth layer), the whitened weights have to move with
 every hyperparameter, a funnel for NUTS; ``centred=True`` samples the network's values at its centres
@@ -34,9 +36,7 @@ References
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +52,7 @@ from bayes_rbfn.gp.validation import check_X
 from bayes_rbfn.models.common import SortedPytreeFields
 from bayes_rbfn.models.means import mean_vector
 
-__all__ = ["LayerRecord", "predict_rbfn", "rbfn", "recording_layers"]
+__all__ = ["LAYER_KEY", "LayerRecord", "layer_records", "predict_rbfn", "rbfn"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -89,25 +89,44 @@ class LayerRecord:
         return offset + self.kernel.inducing_cross(self.Z, X_test).T @ self.alpha
 
 
-#: The records of the enclosing :func:`recording_layers` block, or None outside one.
-_RECORDS: contextvars.ContextVar[dict[str, LayerRecord] | None] = contextvars.ContextVar(
-    "rbfn_layer_records", default=None
-)
+#: The key of the weights' site message that holds ``(kernel, Z, mean)`` of its layer.
+LAYER_KEY = "rbfn_layer"
 
 
-@contextlib.contextmanager
-def recording_layers() -> Iterator[dict[str, LayerRecord]]:
-    """Within the block, every :func:`rbfn` call records its :class:`LayerRecord` under its name.
+def _weights_site(name: str, weights: jax.Array, kernel: Kernel, Z: jax.Array, mean: Any) -> jax.Array:
+    """``numpyro.deterministic(f"{name}_alpha", weights)``, its message also carrying the layer.
 
-    Nothing is added to the model's NumPyro trace: a model runs as usual, and the records live only as
-    long as the block (their arrays may be tracers of the computation the model runs in).
+    The message is NumPyro's deterministic one with one more key, :data:`LAYER_KEY`; a trace keeps it,
+    every handler treats the site as any deterministic site, and outside a handler it is the value.
     """
-    records: dict[str, LayerRecord] = {}
-    token = _RECORDS.set(records)
-    try:
-        yield records
-    finally:
-        _RECORDS.reset(token)
+    message = {
+        "type": "deterministic",
+        "name": f"{name}_alpha",
+        "value": weights,
+        "cond_indep_stack": [],
+        LAYER_KEY: (kernel, Z, mean),
+    }
+    return numpyro.primitives.apply_stack(message)["value"]
+
+
+def layer_records(trace: Mapping[str, Mapping[str, Any]]) -> dict[str, LayerRecord]:
+    """The :class:`LayerRecord` of every :func:`rbfn` call in a model's trace, by the layer's name.
+
+    Args:
+        trace: a NumPyro trace (``numpyro.handlers.trace(model).get_trace(...)``).
+
+    Returns:
+        ``{name: LayerRecord}``, the weights being the value of the site ``{name}_alpha`` in the trace
+        (the draw's, where the trace substituted them). A layer is named as its f site, so under
+        ``numpyro.handlers.scope`` it carries the scope's prefix as the sites do.
+    """
+    records = {}
+    for site in trace.values():
+        if LAYER_KEY in site:
+            kernel, Z, mean = site[LAYER_KEY]
+            name = site["name"].removesuffix("_alpha")  # f's name, with any scope's prefix
+            records[name] = LayerRecord(kernel=kernel, Z=Z, alpha=site["value"], mean=mean)
+    return records
 
 
 class _WhitenedWeights(SortedPytreeFields, dist.Normal):
@@ -187,10 +206,7 @@ def rbfn(
     else:
         v = numpyro.sample(f"{name}_v", _WhitenedWeights(jnp.zeros(M, X.dtype), factorised).to_event(1))
         weights = linalg.solve_upper(Luu, v)
-    alpha = numpyro.deterministic(f"{name}_alpha", jnp.where(factorised, weights, 0.0))
-    records = _RECORDS.get()
-    if records is not None:
-        records[name] = LayerRecord(kernel=kernel, Z=Z, alpha=alpha, mean=mean)
+    alpha = _weights_site(name, jnp.where(factorised, weights, 0.0), kernel, Z, mean)
     Kfu = kernel.inducing_cross(Z, X).T
     if isinstance(kernel, Additive):
         parts = [

@@ -590,7 +590,7 @@ def predict_model(
     """
     from bayes_rbfn.gp.validation import check_X
     from bayes_rbfn.infer.replicates import flat_draws, observed_node, replay
-    from bayes_rbfn.models.layers import recording_layers
+    from bayes_rbfn.models.layers import layer_records
 
     flat, lead = flat_draws(samples)
     X_test = np.asarray(check_X(X_test, "X_test"))
@@ -603,9 +603,8 @@ def predict_model(
     key = jax.random.PRNGKey(0)  # every latent site is substituted (checked below): nothing is drawn
 
     def run(values):
-        with recording_layers() as layers:
-            trace = replay(model, values, key, args, kwargs)
-        return trace, layers
+        trace = replay(model, values, key, args, kwargs)
+        return trace, layer_records(trace)
 
     # One eager run at the first draw settles what the site is; the compiled runs below are the same model.
     trace, layers = run({name: value[0] for name, value in flat.items()})

@@ -26,6 +26,7 @@ from numpyro.infer.util import log_density
 import bayes_rbfn as br
 from bayes_rbfn.gp.kernels import SquaredExponential
 from bayes_rbfn.io import arviz_compat
+from bayes_rbfn.models import layers
 
 JITTER = 1e-8  # the float64 jitter policy (bayes_rbfn.gp.linalg.JITTER)
 X = np.linspace(0.0, 2.0, 7)[:, None]
@@ -119,6 +120,24 @@ def test_predictive_simulates_counts():
     prior = Predictive(_poisson_model, num_samples=5)(jax.random.PRNGKey(0), jnp.asarray(X), jnp.asarray(Z))
     assert prior["k"].shape == (5, len(X)) and prior["f"].shape == (5, len(X))
     assert prior["f_alpha"].shape == (5, len(Z))
+
+
+@pytest.mark.parametrize("scoped", [False, True], ids=["plain", "under-a-scope"])
+def test_the_trace_carries_each_layer_and_it_predicts_k_star_u_alpha(scoped):
+    """The weights' site carries the layer in the trace: its record predicts m + K_*u α at new inputs,
+    with α the trace's (substituted) weights, and nothing outside the trace is kept."""
+    v = np.array([0.3, -1.2, 0.8])
+    model = handlers.scope(_layer_only, prefix="net") if scoped else _layer_only
+    name = "net/f" if scoped else "f"
+    trace = handlers.trace(handlers.substitute(model, data={f"{name}_v": v})).get_trace(0.4)
+    records = layers.layer_records(trace)
+    assert list(records) == [name] and trace[f"{name}_alpha"]["type"] == "deterministic"
+    _, Kuu = _dense()
+    alpha = np.linalg.solve(np.linalg.cholesky(Kuu).T, v)
+    assert_close(records[name].alpha, alpha)
+    expected = 0.4 + np.asarray(KERNEL(X_TEST, Z)) @ alpha
+    assert_close(records[name].predict(jnp.asarray(X_TEST)), expected)
+    assert layers.layer_records(handlers.trace(lambda: None).get_trace()) == {}
 
 
 def test_predict_rbfn_is_k_star_u_alpha_per_draw():
