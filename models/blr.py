@@ -22,9 +22,9 @@ evidence, the predictive, the replicates and the LOO conditionals all come from 
   O(NM²), with no N×N matrix. Φ is the Gram matrix of a unit-variance SE kernel of lengthscales s_d
   (:func:`basis_kernel`), which is what the pass evaluates chunk by chunk.
 
-Posterior variables: ``alpha``, ``beta`` and the deterministic ``noise`` = 1/√β, the noise standard
-deviation of docs/mathematics.md#notation, so the generic predictive (y* bands) and diagnostics find it under
-its usual name.
+Posterior variables: ``weight_precision`` (Bishop's α), ``noise_precision`` (Bishop's β) and the
+deterministic ``noise`` = 1/√β, the noise standard deviation of docs/mathematics.md#notation, so the
+generic predictive (y* bands) and diagnostics find it under its usual name.
 
 Choices:
 
@@ -42,12 +42,14 @@ Choices:
   signal variance LogNormal(log var(y), 1), the ``variance`` prior of the kernel families:
   ``α ~ LogNormal(log κ − 2 log sd(y), 1)``. The prior on β makes the noise σ = β^{-1/2}
   LogNormal(log(0.2 sd(y)), 1), the ``noise`` prior of every other model: ``β ~ LogNormal(−2 log(0.2
-  sd(y)), 2)``. Both can be replaced with ``priors={"alpha": ..., "beta": ...}`` and pinned with
-  ``fixed={"alpha": ..., "beta": ...}``.
+  sd(y)), 2)``. Both can be replaced with
+  ``priors={"weight_precision": ..., "noise_precision": ...}`` and pinned with
+  ``fixed={"weight_precision": ..., "noise_precision": ...}``.
 
 The hyperparameters are not a kernel family, so the model carries its own
-:class:`~bayes_rbfn.models.families.KernelFamily` (:data:`FAMILY`, ``params = ("alpha", "beta")``), which
-:func:`bayes_rbfn.fit` uses instead of ``kernel=``.
+:class:`~bayes_rbfn.models.families.KernelFamily` (:data:`FAMILY`,
+``params = ("weight_precision", "noise_precision")``), which :func:`bayes_rbfn.fit` uses instead of
+``kernel=``.
 
 References
 ----------
@@ -79,7 +81,7 @@ __all__ = ["FAMILY", "SPEC", "WIDTH_FACTOR", "basis_kernel", "basis_width", "des
 #: Width of every Gaussian basis function in units of the centre spacing (see the module docstring).
 WIDTH_FACTOR = 1.0
 
-_PARAMS = ("alpha", "beta")
+_PARAMS = ("weight_precision", "noise_precision")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -123,8 +125,8 @@ def design_matrix(X: jax.Array, Z: jax.Array) -> jax.Array:
 def _priors(s: DataScales) -> dict[str, dist.Distribution]:
     kappa = (WIDTH_FACTOR * np.sqrt(np.pi)) ** s.input_dim
     return {
-        "alpha": dist.LogNormal(float(np.log(kappa) - 2.0 * np.log(s.y_sd)), 1.0),
-        "beta": dist.LogNormal(float(-2.0 * np.log(0.2 * s.y_sd)), 2.0),
+        "weight_precision": dist.LogNormal(float(np.log(kappa) - 2.0 * np.log(s.y_sd)), 1.0),
+        "noise_precision": dist.LogNormal(float(-2.0 * np.log(0.2 * s.y_sd)), 2.0),
     }
 
 
@@ -163,7 +165,7 @@ def model(data: dict, config: ModelConfig) -> None:
     if config.hyperprior:
         raise ValueError("hyperprior: the blr model has no lengthscale to put a hyperprior on")
     values = _hyperparameters(config)
-    numpyro.deterministic("noise", 1.0 / jnp.sqrt(values["beta"]))
+    numpyro.deterministic("noise", 1.0 / jnp.sqrt(values["noise_precision"]))
     observe(ModelMarginal(log_density, simulate, values, data, config, data["X"].shape[:1], replicate), data)
 
 
@@ -172,9 +174,11 @@ def simulate(key: jax.Array, sample_shape: tuple, params: dict, data: dict, conf
     """Draws of y = c + Φ w + β^-½ ε with w ~ N(0, α⁻¹I), Bishop (3.52), (3.10): O(NM) each."""
     Phi = design_matrix(data["X"], data["Z"])
     k_w, k_eps = jax.random.split(key)
-    w = jax.random.normal(k_w, (*sample_shape, Phi.shape[1]), Phi.dtype) / jnp.sqrt(params["alpha"])
+    w = jax.random.normal(k_w, (*sample_shape, Phi.shape[1]), Phi.dtype) / jnp.sqrt(
+        params["weight_precision"]
+    )
     eps = jax.random.normal(k_eps, (*sample_shape, Phi.shape[0]), Phi.dtype)
-    return data["y_offset"] + w @ Phi.T + eps / jnp.sqrt(params["beta"])
+    return data["y_offset"] + w @ Phi.T + eps / jnp.sqrt(params["noise_precision"])
 
 
 def _woodbury(params: dict, data: dict):
@@ -187,8 +191,8 @@ def _woodbury(params: dict, data: dict):
     X, Z = data["X"], data["Z"]
     kernel = basis_kernel(Z)
     t = data["y"] - data["y_offset"]
-    Luu = jnp.sqrt(params["alpha"]) * jnp.eye(Z.shape[0], dtype=X.dtype)
-    return woodbury_sums.woodbury_factor(kernel, Z, X, t, 1.0 / params["beta"], Luu), kernel, t
+    Luu = jnp.sqrt(params["weight_precision"]) * jnp.eye(Z.shape[0], dtype=X.dtype)
+    return woodbury_sums.woodbury_factor(kernel, Z, X, t, 1.0 / params["noise_precision"], Luu), kernel, t
 
 
 def replicate(
@@ -200,7 +204,7 @@ def replicate(
     (K_fu = Φ, K_uu = αI).
     """
     factor, kernel, t = _woodbury(params, data)
-    noise = 1.0 / jnp.sqrt(params["beta"])
+    noise = 1.0 / jnp.sqrt(params["noise_precision"])
     draws = sparse.replicates("sor", factor, kernel, data["X"], t, data["Z"], noise, key, sample_shape)
     return data["y_offset"] + draws
 
@@ -233,7 +237,7 @@ def log_likelihood(params: dict, data: dict, config: ModelConfig) -> jax.Array:
     conditionals are :func:`bayes_rbfn.gp.block_loo.sor_loo` (see the module docstring).
     """
     factor, kernel, t = _woodbury(params, data)
-    d = 1.0 / params["beta"]
+    d = 1.0 / params["noise_precision"]
     return block_loo.sor_loo(
         factor, kernel, data["Z"], data["X"], t, d, exact=config.loo_exact, statistic=config.loo_statistic
     )

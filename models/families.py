@@ -12,7 +12,7 @@ as :func:`lengthscale_prior` and :func:`variance_prior`)::
 
     family = kernel_family(
         lambda p: p["scale"] * SquaredExponential(p["lengthscale"]).on_dims([0])
-        + RationalQuadratic(p["rq_lengthscale"], p["rq_variance"], alpha=2.0).on_dims([1]),
+        + RationalQuadratic(p["rq_lengthscale"], p["rq_variance"], mixture_shape=2.0).on_dims([1]),
         priors={
             "lengthscale": lambda s: lengthscale_prior(s, dims=[0]),
             "scale": variance_prior,

@@ -191,7 +191,7 @@ def _outside_the_sor_pass(dtype: str) -> dict:
     lognormal = dist.LogNormal(0.0, 1.0)
     config = ModelConfig(family=FAMILIES["se"], priors=dict.fromkeys(theta, lognormal))
     blr_config = ModelConfig(family=blr.FAMILY, priors={})
-    blr_theta = {"alpha": one, "beta": 4 * one}
+    blr_theta = {"weight_precision": one, "noise_precision": 4 * one}
     kernel = kernels.SquaredExponential(one, one)
     Phi = blr.design_matrix(X, Z)
     return {

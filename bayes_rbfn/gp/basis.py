@@ -287,6 +287,6 @@ def _blr_gp_predict(
     Phi: jax.Array, t: jax.Array, Phi_test: jax.Array, noise: jax.Array, full_cov: bool
 ) -> Gaussian:
     # The jitted cores of blr.posterior and blr.predictive, fused into one compiled program.
-    beta = 1.0 / noise**2
-    post = blr.posterior_unchecked(Phi, t, jnp.ones((), dtype=Phi.dtype), beta)
-    return blr.predictive_unchecked(Phi_test, post, beta, full_cov, False)
+    noise_precision = 1.0 / noise**2
+    post = blr.posterior_unchecked(Phi, t, jnp.ones((), dtype=Phi.dtype), noise_precision)
+    return blr.predictive_unchecked(Phi_test, post, noise_precision, full_cov, False)

@@ -19,9 +19,10 @@ on request, by solving against the identity. The cost is O(NM² + M³).
 The public functions accept NumPy or JAX arrays and raise ``ValueError`` naming the argument on bad
 concrete input; inside ``jit``/``vmap`` the checks step aside for traced arguments and the functions
 stay traceable. The checks run under ``jax.ensure_compile_time_eval`` so that concrete arguments
-closed over inside a ``jit`` (a Python ``alpha=1.0``, say) stay concrete and are still checked. Each
-function validates and then calls a jitted core (``posterior_unchecked``, ``predictive_unchecked``, …),
-so an eager call compiles one XLA program per input shape rather than dispatching every primitive on its own.
+closed over inside a ``jit`` (a Python ``weight_precision=1.0``, say) stay concrete and are still
+checked. Each function validates and then calls a jitted core (``posterior_unchecked``,
+``predictive_unchecked``, …), so an eager call compiles one XLA program per input shape rather than
+dispatching every primitive on its own.
 
 References
 ----------
@@ -102,12 +103,17 @@ def check_design(Phi: Any, name: str, num_basis: int | None = None) -> jax.Array
     return Phi
 
 
-def _check_model(Phi: Any, t: Any, alpha: Any, beta: Any) -> tuple[jax.Array, ...]:
+def _check_model(Phi: Any, t: Any, weight_precision: Any, noise_precision: Any) -> tuple[jax.Array, ...]:
     """The checked (Φ (N, M), t (N,), α > 0, β > 0) of :func:`posterior` and :func:`log_evidence`."""
     with jax.ensure_compile_time_eval():
         Phi = check_design(Phi, "Phi")
         t = check_y(t, Phi.shape[0], "t")
-        return Phi, t, check_positive(alpha, "alpha"), check_positive(beta, "beta")
+        return (
+            Phi,
+            t,
+            check_positive(weight_precision, "weight_precision"),
+            check_positive(noise_precision, "noise_precision"),
+        )
 
 
 def _check_posterior(post: Any, name: str = "posterior") -> BLRPosterior:
@@ -155,16 +161,18 @@ def _gaussian_basis(X: jax.Array, centres: jax.Array, width: jax.Array, bias: bo
 
 @jax.jit
 @linalg.full_precision
-def posterior_unchecked(Phi: jax.Array, t: jax.Array, alpha: jax.Array, beta: jax.Array) -> BLRPosterior:
+def posterior_unchecked(
+    Phi: jax.Array, t: jax.Array, weight_precision: jax.Array, noise_precision: jax.Array
+) -> BLRPosterior:
     """:func:`posterior` without the input checks (traceable): S_N⁻¹ = αI + βΦᵀΦ, m_N = β S_N Φᵀ t."""
-    A = alpha * jnp.eye(Phi.shape[1], dtype=Phi.dtype) + beta * (Phi.T @ Phi)
+    A = weight_precision * jnp.eye(Phi.shape[1], dtype=Phi.dtype) + noise_precision * (Phi.T @ Phi)
     # A ⪰ αI: no jitter needed (see the module docstring).
     L = linalg.cholesky(A, jitter=0.0)
-    mean = beta * linalg.cho_solve(L, Phi.T @ t)
+    mean = noise_precision * linalg.cho_solve(L, Phi.T @ t)
     return BLRPosterior(mean=mean, chol_precision=L)
 
 
-def posterior(Phi: Any, t: Any, alpha: Any, beta: Any) -> BLRPosterior:
+def posterior(Phi: Any, t: Any, weight_precision: Any, noise_precision: Any) -> BLRPosterior:
     """Weight posterior ``N(m_N, S_N)`` under the prior ``w ~ N(0, α⁻¹I)``, Bishop (3.53)–(3.54).
 
     ``S_N⁻¹ = αI + βΦᵀΦ`` and ``m_N = β S_N Φᵀ t``, computed from one Cholesky factor of ``S_N⁻¹``.
@@ -172,19 +180,19 @@ def posterior(Phi: Any, t: Any, alpha: Any, beta: Any) -> BLRPosterior:
     Args:
         Phi: design matrix Φ, shape (N, M).
         t: targets, shape (N,).
-        alpha: prior precision α > 0 of the weights.
-        beta: noise precision β > 0 (β = 1/σ²).
+        weight_precision: prior precision α > 0 of the weights.
+        noise_precision: noise precision β > 0 (β = 1/σ²).
 
     Returns:
         :class:`BLRPosterior` with ``mean`` m_N (M,) and ``chol_precision`` (M, M); ``.cov`` gives S_N.
     """
-    return posterior_unchecked(*_check_model(Phi, t, alpha, beta))
+    return posterior_unchecked(*_check_model(Phi, t, weight_precision, noise_precision))
 
 
 def predictive(
     Phi_test: Any,
     posterior: BLRPosterior,
-    beta: Any,
+    noise_precision: Any,
     *,
     full_cov: bool = False,
     include_noise: bool = True,
@@ -197,7 +205,7 @@ def predictive(
     Args:
         Phi_test: basis functions at the S test inputs, shape (S, M).
         posterior: from :func:`posterior`.
-        beta: noise precision β > 0 (only used when ``include_noise``).
+        noise_precision: noise precision β > 0 (only used when ``include_noise``).
         full_cov: also return the (S, S) covariance ``Φ_* S_N Φ_*ᵀ [+ I/β]``.
         include_noise: add the noise variance 1/β (Bishop's σ_N²) or not (latent function).
 
@@ -207,19 +215,19 @@ def predictive(
     with jax.ensure_compile_time_eval():
         posterior = _check_posterior(posterior)
         Phi_test = check_design(Phi_test, "Phi_test", num_basis=posterior.mean.shape[0])
-        beta = check_positive(beta, "beta")
-    return predictive_unchecked(Phi_test, posterior, beta, full_cov, include_noise)
+        noise_precision = check_positive(noise_precision, "noise_precision")
+    return predictive_unchecked(Phi_test, posterior, noise_precision, full_cov, include_noise)
 
 
 @partial(jax.jit, static_argnames=("full_cov", "include_noise"))
 @linalg.full_precision
 def predictive_unchecked(
-    Phi_test: jax.Array, post: BLRPosterior, beta: jax.Array, full_cov: bool, include_noise: bool
+    Phi_test: jax.Array, post: BLRPosterior, noise_precision: jax.Array, full_cov: bool, include_noise: bool
 ) -> Gaussian:
     """The predictive of :func:`predictive` without the input checks (traceable)."""
     mean = Phi_test @ post.mean
     W = post.whiten(Phi_test)
-    noise_var = 1.0 / beta if include_noise else 0.0
+    noise_var = 1.0 / noise_precision if include_noise else 0.0
     var = jnp.sum(W * W, axis=0) + noise_var
     cov = None
     if full_cov:
@@ -227,7 +235,7 @@ def predictive_unchecked(
     return Gaussian(mean=mean, var=var, cov=cov)
 
 
-def equivalent_kernel(Phi1: Any, Phi2: Any, posterior: BLRPosterior, beta: Any) -> jax.Array:
+def equivalent_kernel(Phi1: Any, Phi2: Any, posterior: BLRPosterior, noise_precision: Any) -> jax.Array:
     """Equivalent (smoother) kernel ``k(x, x') = β φ(x)ᵀ S_N φ(x')``, Bishop (3.61)–(3.62).
 
     With ``Phi2`` the training design matrix, the predictive mean is ``k(X_*, X) t`` (Bishop (3.61)), and
@@ -237,7 +245,7 @@ def equivalent_kernel(Phi1: Any, Phi2: Any, posterior: BLRPosterior, beta: Any) 
         Phi1: basis functions at the first inputs, shape (S1, M).
         Phi2: basis functions at the second inputs, shape (S2, M).
         posterior: from :func:`posterior` (supplies S_N through its Cholesky factor).
-        beta: noise precision β > 0.
+        noise_precision: noise precision β > 0.
 
     Returns:
         The kernel matrix, shape (S1, S2).
@@ -247,17 +255,19 @@ def equivalent_kernel(Phi1: Any, Phi2: Any, posterior: BLRPosterior, beta: Any) 
         M = posterior.mean.shape[0]
         Phi1 = check_design(Phi1, "Phi1", num_basis=M)
         Phi2 = check_design(Phi2, "Phi2", num_basis=M)
-        beta = check_positive(beta, "beta")
-    return _equivalent_kernel(Phi1, Phi2, posterior, beta)
+        noise_precision = check_positive(noise_precision, "noise_precision")
+    return _equivalent_kernel(Phi1, Phi2, posterior, noise_precision)
 
 
 @jax.jit
 @linalg.full_precision
-def _equivalent_kernel(Phi1: jax.Array, Phi2: jax.Array, post: BLRPosterior, beta: jax.Array) -> jax.Array:
-    return beta * (post.whiten(Phi1).T @ post.whiten(Phi2))
+def _equivalent_kernel(
+    Phi1: jax.Array, Phi2: jax.Array, post: BLRPosterior, noise_precision: jax.Array
+) -> jax.Array:
+    return noise_precision * (post.whiten(Phi1).T @ post.whiten(Phi2))
 
 
-def log_evidence(Phi: Any, t: Any, alpha: Any, beta: Any) -> jax.Array:
+def log_evidence(Phi: Any, t: Any, weight_precision: Any, noise_precision: Any) -> jax.Array:
     """Log marginal likelihood ``ln p(t | α, β)``, Bishop (3.86).
 
     ``ln p(t | α, β) = (M/2) ln α + (N/2) ln β − E(m_N) − ½ ln|A| − (N/2) ln 2π`` with
@@ -268,25 +278,29 @@ def log_evidence(Phi: Any, t: Any, alpha: Any, beta: Any) -> jax.Array:
     Args:
         Phi: design matrix Φ, shape (N, M).
         t: targets, shape (N,).
-        alpha: prior precision α > 0.
-        beta: noise precision β > 0.
+        weight_precision: prior precision α > 0.
+        noise_precision: noise precision β > 0.
 
     Returns:
         The log evidence, a scalar.
     """
-    return _log_evidence(*_check_model(Phi, t, alpha, beta))
+    return _log_evidence(*_check_model(Phi, t, weight_precision, noise_precision))
 
 
 @jax.jit
 @linalg.full_precision
-def _log_evidence(Phi: jax.Array, t: jax.Array, alpha: jax.Array, beta: jax.Array) -> jax.Array:
+def _log_evidence(
+    Phi: jax.Array, t: jax.Array, weight_precision: jax.Array, noise_precision: jax.Array
+) -> jax.Array:
     N, M = Phi.shape
-    post = posterior_unchecked(Phi, t, alpha, beta)
+    post = posterior_unchecked(Phi, t, weight_precision, noise_precision)
     residual = t - Phi @ post.mean
-    E = 0.5 * beta * jnp.sum(residual * residual) + 0.5 * alpha * jnp.sum(post.mean * post.mean)
+    E = 0.5 * noise_precision * jnp.sum(residual * residual) + 0.5 * weight_precision * jnp.sum(
+        post.mean * post.mean
+    )
     return (
-        0.5 * M * jnp.log(alpha)
-        + 0.5 * N * jnp.log(beta)
+        0.5 * M * jnp.log(weight_precision)
+        + 0.5 * N * jnp.log(noise_precision)
         - E
         - 0.5 * linalg.logdet_from_chol(post.chol_precision)
         - 0.5 * N * _LOG_2PI

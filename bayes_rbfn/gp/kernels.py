@@ -493,33 +493,34 @@ class RationalQuadratic(Stationary):
     """Rational quadratic k = s² (1 + r²/(2α))^(−α), with r² the ARD-scaled squared distance.
 
     Eq. (4.19) in [1] of the module: a scale mixture of squared exponentials whose inverse squared
-    lengthscales are Gamma-distributed with shape α; α → ∞ gives the squared exponential. ``alpha`` > 0 is
-    a scalar. Evaluated as exp(−α log1p(r²/(2α))), accurate for small r² and large α.
+    lengthscales are Gamma-distributed with shape α (``mixture_shape``); α → ∞ gives the squared
+    exponential. ``mixture_shape`` > 0 is a scalar. Evaluated as exp(−α log1p(r²/(2α))), accurate for
+    small r² and large α.
     """
 
-    params = ("lengthscale", "variance", "alpha")
-    positive = ("lengthscale", "variance", "alpha")
+    params = ("lengthscale", "variance", "mixture_shape")
+    positive = ("lengthscale", "variance", "mixture_shape")
     family = "rq"
-    description = "rational quadratic (a mixture of SE lengthscales) with a sampled shape alpha"
+    description = "rational quadratic (a mixture of SE lengthscales) with a sampled mixture shape"
 
-    def __init__(self, lengthscale: Any = 1.0, variance: Any = 1.0, alpha: Any = 1.0) -> None:
+    def __init__(self, lengthscale: Any = 1.0, variance: Any = 1.0, mixture_shape: Any = 1.0) -> None:
         """A rational quadratic kernel; concrete hyperparameters must be finite and > 0.
 
         Args:
             lengthscale: ℓ, a scalar or one value per input dimension.
             variance: s², the amplitude.
-            alpha: α, the shape, a scalar.
+            mixture_shape: α, the shape, a scalar.
         """
-        self._set(lengthscale=lengthscale, variance=variance, alpha=alpha)
+        self._set(lengthscale=lengthscale, variance=variance, mixture_shape=mixture_shape)
 
     @classmethod
     def default_priors(cls, scales: DataScales) -> dict[str, dist.Distribution]:
-        """The stationary priors, and ``alpha`` ~ LogNormal(0, 1).
+        """The stationary priors, and ``mixture_shape`` ~ LogNormal(0, 1).
 
         Its median is at 1 and 95 % of its mass between ~0.14 (long-tailed: correlations decay like a power
         of the distance) and ~7 (already close to the squared exponential, the limit α → ∞).
         """
-        return {**super().default_priors(scales), "alpha": dist.LogNormal(0.0, 1.0)}
+        return {**super().default_priors(scales), "mixture_shape": dist.LogNormal(0.0, 1.0)}
 
     def profile(self, r2: jax.Array) -> jax.Array:
         """g(r²) = (1 + r²/(2α))^(−α), computed as exp(−α log1p(r²/(2α))).
@@ -527,7 +528,7 @@ class RationalQuadratic(Stationary):
         Args:
             r2: scaled squared distances r², any shape (the result has the same).
         """
-        return jnp.exp(-self.alpha * jnp.log1p(r2 * (0.5 / self.alpha)))
+        return jnp.exp(-self.mixture_shape * jnp.log1p(r2 * (0.5 / self.mixture_shape)))
 
 
 class InverseMultiquadric(Stationary):

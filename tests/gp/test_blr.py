@@ -16,7 +16,7 @@ from scipy import stats
 
 from bayes_rbfn.gp import blr
 
-# (id, input dim, N, number of centres per dim, bias, alpha, beta)
+# (id, input dim, N, number of centres per dim, bias, weight_precision, noise_precision)
 CASES = [
     pytest.param(1, 20, 9, True, 2.0, 25.0, id="1d-bias"),
     pytest.param(2, 30, 4, False, 0.5, 100.0, id="2d-no-bias"),
@@ -37,10 +37,10 @@ def _problem(rng, dim, n, per_dim, bias):
     return Phi, Phi_test, t
 
 
-def _reference_posterior(Phi, t, alpha, beta):
+def _reference_posterior(Phi, t, weight_precision, noise_precision):
     """Bishop (3.53)–(3.54) with an explicit inverse (fine for a small test reference)."""
-    S_N = np.linalg.inv(alpha * np.eye(Phi.shape[1]) + beta * Phi.T @ Phi)
-    return beta * S_N @ Phi.T @ t, S_N
+    S_N = np.linalg.inv(weight_precision * np.eye(Phi.shape[1]) + noise_precision * Phi.T @ Phi)
+    return noise_precision * S_N @ Phi.T @ t, S_N
 
 
 # --------------------------------------------------------------------------------------------------
@@ -69,33 +69,33 @@ def test_gaussian_basis_matches_formula(rng, dim, bias):
 # Posterior and predictive
 
 
-@pytest.mark.parametrize("dim, n, per_dim, bias, alpha, beta", CASES)
-def test_posterior_matches_dense_reference(rng, dim, n, per_dim, bias, alpha, beta):
+@pytest.mark.parametrize("dim, n, per_dim, bias, weight_precision, noise_precision", CASES)
+def test_posterior_matches_dense_reference(rng, dim, n, per_dim, bias, weight_precision, noise_precision):
     """m_N and S_N of Bishop (3.53)–(3.54); the Cholesky factor really factorises S_N⁻¹."""
     Phi, _, t = _problem(rng, dim, n, per_dim, bias)
-    m_ref, S_ref = _reference_posterior(Phi, t, alpha, beta)
-    post = blr.posterior(Phi, t, alpha, beta)
+    m_ref, S_ref = _reference_posterior(Phi, t, weight_precision, noise_precision)
+    post = blr.posterior(Phi, t, weight_precision, noise_precision)
     assert_close(post.mean, m_ref)
     assert_close(post.cov, S_ref)
     L = np.asarray(post.chol_precision)
-    assert_close(L @ L.T, alpha * np.eye(Phi.shape[1]) + beta * Phi.T @ Phi)
+    assert_close(L @ L.T, weight_precision * np.eye(Phi.shape[1]) + noise_precision * Phi.T @ Phi)
     assert np.allclose(L, np.tril(L))
 
 
-@pytest.mark.parametrize("dim, n, per_dim, bias, alpha, beta", CASES)
-def test_predictive_matches_dense_reference(rng, dim, n, per_dim, bias, alpha, beta):
+@pytest.mark.parametrize("dim, n, per_dim, bias, weight_precision, noise_precision", CASES)
+def test_predictive_matches_dense_reference(rng, dim, n, per_dim, bias, weight_precision, noise_precision):
     """Mean m_Nᵀφ(x) and σ_N²(x) = 1/β + φ(x)ᵀ S_N φ(x), Bishop (3.58)–(3.59); full covariance too."""
     Phi, Phi_test, t = _problem(rng, dim, n, per_dim, bias)
-    m_ref, S_ref = _reference_posterior(Phi, t, alpha, beta)
+    m_ref, S_ref = _reference_posterior(Phi, t, weight_precision, noise_precision)
     latent_cov = Phi_test @ S_ref @ Phi_test.T
-    post = blr.posterior(Phi, t, alpha, beta)
+    post = blr.posterior(Phi, t, weight_precision, noise_precision)
 
-    pred = blr.predictive(Phi_test, post, beta, full_cov=True)
+    pred = blr.predictive(Phi_test, post, noise_precision, full_cov=True)
     assert_close(pred.mean, Phi_test @ m_ref)
-    assert_close(pred.var, 1.0 / beta + np.diag(latent_cov))
-    assert_close(pred.cov, latent_cov + np.eye(len(Phi_test)) / beta)
+    assert_close(pred.var, 1.0 / noise_precision + np.diag(latent_cov))
+    assert_close(pred.cov, latent_cov + np.eye(len(Phi_test)) / noise_precision)
 
-    latent = blr.predictive(Phi_test, post, beta, include_noise=False)
+    latent = blr.predictive(Phi_test, post, noise_precision, include_noise=False)
     assert latent.cov is None
     assert_close(latent.var, np.diag(latent_cov))
 
@@ -104,24 +104,24 @@ def test_predictive_matches_dense_reference(rng, dim, n, per_dim, bias, alpha, b
 # Equivalent kernel
 
 
-@pytest.mark.parametrize("dim, n, per_dim, bias, alpha, beta", CASES)
-def test_equivalent_kernel_identities(rng, dim, n, per_dim, bias, alpha, beta):
+@pytest.mark.parametrize("dim, n, per_dim, bias, weight_precision, noise_precision", CASES)
+def test_equivalent_kernel_identities(rng, dim, n, per_dim, bias, weight_precision, noise_precision):
     """Bishop (3.61)–(3.63): k(x, x') = βφ(x)ᵀS_Nφ(x'); the predictive mean is Σ_n k(x, x_n) t_n; and
     cov[y(x1), y(x2)] = φ(x1)ᵀ S_N φ(x2) = k(x1, x2)/β, the latent predictive covariance."""
     Phi, Phi_test, t = _problem(rng, dim, n, per_dim, bias)
-    _, S_ref = _reference_posterior(Phi, t, alpha, beta)
-    post = blr.posterior(Phi, t, alpha, beta)
+    _, S_ref = _reference_posterior(Phi, t, weight_precision, noise_precision)
+    post = blr.posterior(Phi, t, weight_precision, noise_precision)
 
-    k_test_train = blr.equivalent_kernel(Phi_test, Phi, post, beta)
+    k_test_train = blr.equivalent_kernel(Phi_test, Phi, post, noise_precision)
     assert k_test_train.shape == (len(Phi_test), len(Phi))
-    assert_close(k_test_train, beta * Phi_test @ S_ref @ Phi.T)
-    mean = blr.predictive(Phi_test, post, beta).mean
+    assert_close(k_test_train, noise_precision * Phi_test @ S_ref @ Phi.T)
+    mean = blr.predictive(Phi_test, post, noise_precision).mean
     assert_close(k_test_train @ t, mean, scale=np.max(np.abs(t)))
 
-    k_test_test = blr.equivalent_kernel(Phi_test, Phi_test, post, beta)
-    latent_cov = blr.predictive(Phi_test, post, beta, full_cov=True, include_noise=False).cov
-    assert_close(k_test_test / beta, Phi_test @ S_ref @ Phi_test.T)
-    assert_close(k_test_test / beta, latent_cov)
+    k_test_test = blr.equivalent_kernel(Phi_test, Phi_test, post, noise_precision)
+    latent_cov = blr.predictive(Phi_test, post, noise_precision, full_cov=True, include_noise=False).cov
+    assert_close(k_test_test / noise_precision, Phi_test @ S_ref @ Phi_test.T)
+    assert_close(k_test_test / noise_precision, latent_cov)
     assert_close(k_test_test, np.asarray(k_test_test).T)
 
 
@@ -129,36 +129,44 @@ def test_equivalent_kernel_identities(rng, dim, n, per_dim, bias, alpha, beta):
 # Evidence
 
 
-@pytest.mark.parametrize("dim, n, per_dim, bias, alpha, beta", CASES)
-def test_log_evidence_matches_marginal_gaussian(rng, dim, n, per_dim, bias, alpha, beta):
+@pytest.mark.parametrize("dim, n, per_dim, bias, weight_precision, noise_precision", CASES)
+def test_log_evidence_matches_marginal_gaussian(
+    rng, dim, n, per_dim, bias, weight_precision, noise_precision
+):
     """Bishop (3.86) equals log N(t | 0, ΦΦᵀ/α + I/β), the weights integrated out."""
     Phi, _, t = _problem(rng, dim, n, per_dim, bias)
-    C = Phi @ Phi.T / alpha + np.eye(n) / beta
+    C = Phi @ Phi.T / weight_precision + np.eye(n) / noise_precision
     expected = stats.multivariate_normal(mean=np.zeros(n), cov=C).logpdf(t)
-    assert_close(blr.log_evidence(Phi, t, alpha, beta), expected, scale=abs(expected))
+    assert_close(blr.log_evidence(Phi, t, weight_precision, noise_precision), expected, scale=abs(expected))
 
 
 def test_log_evidence_is_traceable_in_the_hyperparameters(rng):
     """Under jit/vmap the checks step aside: a vmapped evidence over α equals the eager loop."""
     Phi, _, t = _problem(rng, 1, 20, 9, True)
     alphas = jnp.array([0.1, 1.0, 10.0])
-    beta = jnp.array(25.0)
-    batched = jax.jit(jax.vmap(blr.log_evidence, in_axes=(None, None, 0, None)))(Phi, t, alphas, beta)
+    noise_precision = jnp.array(25.0)
+    batched = jax.jit(jax.vmap(blr.log_evidence, in_axes=(None, None, 0, None)))(
+        Phi, t, alphas, noise_precision
+    )
     assert_close(batched, [blr.log_evidence(Phi, t, float(a), 25.0) for a in alphas])
-    grad = jax.grad(blr.log_evidence, argnums=(2, 3))(Phi, t, 1.0, beta)
+    grad = jax.grad(blr.log_evidence, argnums=(2, 3))(Phi, t, 1.0, noise_precision)
     assert np.all(np.isfinite(grad))
 
 
-@pytest.mark.parametrize("dim, n, per_dim, bias, alpha, beta", CASES)
-def test_log_evidence_gradient_gives_bishop_reestimation_equations(rng, dim, n, per_dim, bias, alpha, beta):
+@pytest.mark.parametrize("dim, n, per_dim, bias, weight_precision, noise_precision", CASES)
+def test_log_evidence_gradient_gives_bishop_reestimation_equations(
+    rng, dim, n, per_dim, bias, weight_precision, noise_precision
+):
     """Differentiating (3.86): ∂/∂α = ½(M/α − m_Nᵀm_N − tr S_N) and ∂/∂β = ½(N/β − ‖t − Φm_N‖² −
     tr(S_N ΦᵀΦ)), whose zeros are Bishop's (3.92) and (3.95). Checks jax.grad through the Cholesky path."""
     Phi, _, t = _problem(rng, dim, n, per_dim, bias)
-    m_ref, S_ref = _reference_posterior(Phi, t, alpha, beta)
+    m_ref, S_ref = _reference_posterior(Phi, t, weight_precision, noise_precision)
     M = Phi.shape[1]
-    d_alpha = 0.5 * (M / alpha - m_ref @ m_ref - np.trace(S_ref))
-    d_beta = 0.5 * (n / beta - np.sum((t - Phi @ m_ref) ** 2) - np.trace(S_ref @ Phi.T @ Phi))
-    grad = jax.grad(blr.log_evidence, argnums=(2, 3))(Phi, t, jnp.array(alpha), jnp.array(beta))
+    d_alpha = 0.5 * (M / weight_precision - m_ref @ m_ref - np.trace(S_ref))
+    d_beta = 0.5 * (n / noise_precision - np.sum((t - Phi @ m_ref) ** 2) - np.trace(S_ref @ Phi.T @ Phi))
+    grad = jax.grad(blr.log_evidence, argnums=(2, 3))(
+        Phi, t, jnp.array(weight_precision), jnp.array(noise_precision)
+    )
     assert_close(grad[0], d_alpha, scale=abs(d_alpha), rtol=1e-7)
     assert_close(grad[1], d_beta, scale=abs(d_beta), rtol=1e-7)
 
@@ -185,15 +193,15 @@ def test_bad_inputs_raise_naming_the_argument(rng):
     Phi, Phi_test, t = _problem(rng, 1, 20, 9, True)
     post = blr.posterior(Phi, t, 1.0, 1.0)
     bad = [
-        (lambda: blr.posterior(Phi, t, -1.0, 1.0), "alpha"),
-        (lambda: blr.posterior(Phi, t, 1.0, 0.0), "beta"),
+        (lambda: blr.posterior(Phi, t, -1.0, 1.0), "weight_precision"),
+        (lambda: blr.posterior(Phi, t, 1.0, 0.0), "noise_precision"),
         (lambda: blr.posterior(Phi, t[:-1], 1.0, 1.0), "t"),
         (lambda: blr.posterior(Phi[:, 0], t, 1.0, 1.0), "Phi"),
         (lambda: blr.posterior(np.where(Phi > 0.5, np.nan, Phi), t, 1.0, 1.0), "Phi"),
         (lambda: blr.predictive(Phi_test[:, :-1], post, 1.0), "Phi_test"),
         (lambda: blr.predictive(Phi_test, (post.mean, post.chol_precision), 1.0), "posterior"),
         (lambda: blr.equivalent_kernel(Phi_test, Phi[:, 1:], post, 1.0), "Phi2"),
-        (lambda: blr.log_evidence(Phi, t, 1.0, np.inf), "beta"),
+        (lambda: blr.log_evidence(Phi, t, 1.0, np.inf), "noise_precision"),
         (lambda: blr.gaussian_basis(np.zeros((3, 2)), np.zeros((4, 1)), 1.0), "centres"),
         (lambda: blr.gaussian_basis(np.zeros(3), np.zeros(4), -0.5), "width"),
     ]

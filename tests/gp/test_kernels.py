@@ -329,9 +329,9 @@ def _np_sqdist(X1, X2, lengthscale):
     return np.sum(d * d, axis=-1)
 
 
-def _np_rq(X1, X2, lengthscale, variance, alpha):
+def _np_rq(X1, X2, lengthscale, variance, mixture_shape):
     """R&W (4.19): s² (1 + r²/(2α ℓ²))^(−α), the ℓ inside r²."""
-    return variance * (1.0 + _np_sqdist(X1, X2, lengthscale) / (2.0 * alpha)) ** (-alpha)
+    return variance * (1.0 + _np_sqdist(X1, X2, lengthscale) / (2.0 * mixture_shape)) ** (-mixture_shape)
 
 
 def _np_se(X1, X2, lengthscale, variance):
@@ -586,8 +586,13 @@ def test_white_noise_is_a_function_of_the_input_values(rng):
 
 
 BAD_ALGEBRA = [
-    ("rq-alpha-zero", lambda: K.RationalQuadratic(alpha=0.0), ValueError, "alpha"),
-    ("rq-alpha-negative", lambda: K.RationalQuadratic(alpha=-1.0), ValueError, "alpha"),
+    ("rq-mixture_shape-zero", lambda: K.RationalQuadratic(mixture_shape=0.0), ValueError, "mixture_shape"),
+    (
+        "rq-mixture_shape-negative",
+        lambda: K.RationalQuadratic(mixture_shape=-1.0),
+        ValueError,
+        "mixture_shape",
+    ),
     ("linear-variance-zero", lambda: K.Linear(variance=0.0), ValueError, "variance"),
     ("linear-offset-negative", lambda: K.Linear(offset=-0.1), ValueError, "offset"),
     ("linear-offset-nan", lambda: K.Linear(offset=np.nan), ValueError, "offset"),

@@ -82,8 +82,8 @@ def dense_design(X, Z):
     return np.exp(-0.5 * np.sum(diff**2, axis=-1))
 
 
-def dense_covariance(Phi, alpha, beta):
-    return Phi @ Phi.T / alpha + np.eye(Phi.shape[0]) / beta
+def dense_covariance(Phi, weight_precision, noise_precision):
+    return Phi @ Phi.T / weight_precision + np.eye(Phi.shape[0]) / noise_precision
 
 
 # --------------------------------------------------------------------------------------------------
@@ -95,44 +95,65 @@ def test_design_matrix_is_bishop_gaussian_basis(problem):
     assert_close(blr_model.design_matrix(jnp.asarray(X), jnp.asarray(Z)), dense_design(X, Z))
 
 
-@pytest.mark.parametrize("alpha, beta", PARAMS, ids=[f"alpha{a}-beta{b}" for a, b in PARAMS])
-def test_log_density_is_scipy_mvn_logpdf(problem, alpha, beta):
+@pytest.mark.parametrize(
+    "weight_precision, noise_precision",
+    PARAMS,
+    ids=[f"weight_precision{a}-noise_precision{b}" for a, b in PARAMS],
+)
+def test_log_density_is_scipy_mvn_logpdf(problem, weight_precision, noise_precision):
     """log_density = ln N(t | 0, ΦΦᵀ/α + I/β); the whole NumPyro model adds exactly the two log priors."""
     X, y, Z, _, data, config = problem
     t = y - np.mean(y)
-    expected = ref.logpdf(t, dense_covariance(dense_design(X, Z), alpha, beta))
-    params = {"alpha": jnp.asarray(alpha), "beta": jnp.asarray(beta)}
+    expected = ref.logpdf(t, dense_covariance(dense_design(X, Z), weight_precision, noise_precision))
+    params = {
+        "weight_precision": jnp.asarray(weight_precision),
+        "noise_precision": jnp.asarray(noise_precision),
+    }
     assert_close(blr_model.log_density(params, data, config), expected, scale=abs(expected))
 
     joint, _ = numpyro_log_density(blr_model.model, (data, config), {}, params)
-    priors = sum(float(config.priors[k].log_prob(params[k])) for k in ("alpha", "beta"))
+    priors = sum(float(config.priors[k].log_prob(params[k])) for k in ("weight_precision", "noise_precision"))
     assert_close(joint, expected + priors, scale=abs(expected))
 
 
-@pytest.mark.parametrize("alpha, beta", PARAMS, ids=[f"alpha{a}-beta{b}" for a, b in PARAMS])
-def test_predict_is_bishop_predictive_without_noise(problem, alpha, beta):
+@pytest.mark.parametrize(
+    "weight_precision, noise_precision",
+    PARAMS,
+    ids=[f"weight_precision{a}-noise_precision{b}" for a, b in PARAMS],
+)
+def test_predict_is_bishop_predictive_without_noise(problem, weight_precision, noise_precision):
     X, y, Z, X_test, data, config = problem
-    params = {"alpha": jnp.asarray(alpha), "beta": jnp.asarray(beta)}
+    params = {
+        "weight_precision": jnp.asarray(weight_precision),
+        "noise_precision": jnp.asarray(noise_precision),
+    }
     mean, var = jax.jit(blr_model.predict, static_argnames="config")(
         params, data, config, jnp.asarray(X_test)
     )
 
     Phi, Phi_test = dense_design(X, Z), dense_design(X_test, Z)
-    post = blr.posterior(Phi, y - np.mean(y), alpha, beta)
-    expected = blr.predictive(Phi_test, post, beta, include_noise=False)
+    post = blr.posterior(Phi, y - np.mean(y), weight_precision, noise_precision)
+    expected = blr.predictive(Phi_test, post, noise_precision, include_noise=False)
     assert_close(mean, np.asarray(expected.mean) + np.mean(y))
     assert_close(var, expected.var)
     # and Bishop (3.59) written out densely, S_N = (αI + βΦᵀΦ)⁻¹, 1/β term dropped
-    S_N = np.linalg.inv(alpha * np.eye(Phi.shape[1]) + beta * Phi.T @ Phi)
+    S_N = np.linalg.inv(weight_precision * np.eye(Phi.shape[1]) + noise_precision * Phi.T @ Phi)
     assert_close(var, np.einsum("sm,mk,sk->s", Phi_test, S_N, Phi_test))
 
 
-@pytest.mark.parametrize("alpha, beta", PARAMS, ids=[f"alpha{a}-beta{b}" for a, b in PARAMS])
-def test_log_likelihood_is_dense_leave_one_out(problem, alpha, beta):
+@pytest.mark.parametrize(
+    "weight_precision, noise_precision",
+    PARAMS,
+    ids=[f"weight_precision{a}-noise_precision{b}" for a, b in PARAMS],
+)
+def test_log_likelihood_is_dense_leave_one_out(problem, weight_precision, noise_precision):
     X, y, Z, _, data, config = problem
-    params = {"alpha": jnp.asarray(alpha), "beta": jnp.asarray(beta)}
+    params = {
+        "weight_precision": jnp.asarray(weight_precision),
+        "noise_precision": jnp.asarray(noise_precision),
+    }
     loo = jax.jit(blr_model.log_likelihood, static_argnames="config")(params, data, config)
-    C, t = dense_covariance(dense_design(X, Z), alpha, beta), y - np.mean(y)
+    C, t = dense_covariance(dense_design(X, Z), weight_precision, noise_precision), y - np.mean(y)
     assert loo.shape == (len(y),)
     # Refit without point i and predict it, for every 7th point (dense solves; all N would be slow).
     for i in range(0, len(y), 7):
@@ -144,7 +165,7 @@ def test_log_likelihood_is_dense_leave_one_out(problem, alpha, beta):
 
 def test_log_density_is_neg_inf_not_nan_on_failure(problem):
     _, _, _, _, data, config = problem
-    params = {"alpha": jnp.asarray(jnp.nan), "beta": jnp.asarray(1.0)}
+    params = {"weight_precision": jnp.asarray(jnp.nan), "noise_precision": jnp.asarray(1.0)}
     assert float(blr_model.log_density(params, data, config)) == -np.inf
 
 
@@ -152,8 +173,8 @@ def test_registered_with_its_own_hyperparameters():
     spec = get_model("blr")
     assert spec.uses_inducing and spec.family is blr_model.FAMILY
     assert set(spec.family.default_priors(data_scales(np.arange(5.0)[:, None], np.arange(5.0)))) == {
-        "alpha",
-        "beta",
+        "weight_precision",
+        "noise_precision",
     }
 
 
@@ -171,21 +192,24 @@ def test_fit_rejects_options_that_do_not_apply():
 # NUTS
 
 
-def evidence_maximiser(Phi, t, alpha=1.0, beta=1.0, iterations=500):
+def evidence_maximiser(Phi, t, weight_precision=1.0, noise_precision=1.0, iterations=500):
     """Bishop's re-estimation of α and β, eqs. (3.87)–(3.95), iterated to convergence (dense NumPy)."""
     N = len(t)
     eig = np.linalg.eigvalsh(Phi.T @ Phi)
     for _ in range(iterations):
-        A = alpha * np.eye(Phi.shape[1]) + beta * Phi.T @ Phi
-        m_N = beta * np.linalg.solve(A, Phi.T @ t)
-        gamma = np.sum(beta * eig / (alpha + beta * eig))
+        A = weight_precision * np.eye(Phi.shape[1]) + noise_precision * Phi.T @ Phi
+        m_N = noise_precision * np.linalg.solve(A, Phi.T @ t)
+        gamma = np.sum(noise_precision * eig / (weight_precision + noise_precision * eig))
         alpha_new = gamma / (m_N @ m_N)
         beta_new = (N - gamma) / np.sum((t - Phi @ m_N) ** 2)
-        converged = abs(alpha_new - alpha) < 1e-12 * alpha and abs(beta_new - beta) < 1e-12 * beta
-        alpha, beta = alpha_new, beta_new
+        converged = (
+            abs(alpha_new - weight_precision) < 1e-12 * weight_precision
+            and abs(beta_new - noise_precision) < 1e-12 * noise_precision
+        )
+        weight_precision, noise_precision = alpha_new, beta_new
         if converged:
             break
-    return alpha, beta
+    return weight_precision, noise_precision
 
 
 def quadrature_posterior_mean_beta(Phi, t, priors, centre, half_width=6.0, n=241):
@@ -196,7 +220,7 @@ def quadrature_posterior_mean_beta(Phi, t, priors, centre, half_width=6.0, n=241
     evidence = jax.jit(jax.vmap(lambda a, b: blr.log_evidence(Phi, t, a, b)))
     log_post = np.array(evidence(jnp.exp(U.ravel()), jnp.exp(V.ravel()))).reshape(U.shape)
     # log-normal prior on α ⇔ normal prior on log α (the Jacobian of the log map is included)
-    for grid, prior in ((U, priors["alpha"]), (V, priors["beta"])):
+    for grid, prior in ((U, priors["weight_precision"]), (V, priors["noise_precision"])):
         log_post += -0.5 * ((grid - float(prior.loc)) / float(prior.scale)) ** 2
     weights = np.exp(log_post - log_post.max())
     # the grid must hold the whole posterior: negligible mass on its edges
@@ -223,9 +247,11 @@ def snelson_fit():
 def test_nuts_fit_converges_and_records_noise(snelson_fit):
     """Converged by tests/stochastic.py's bounds (bulk and folded ESS ≥ 800 of 4,000 draws)."""
     *_, idata = snelson_fit
-    assert_converged(idata, ["alpha", "beta"], min_ess=800)
+    assert_converged(idata, ["weight_precision", "noise_precision"], min_ess=800)
     post = idata.posterior
-    np.testing.assert_allclose(post["noise"].values, 1.0 / np.sqrt(post["beta"].values), rtol=1e-12)
+    np.testing.assert_allclose(
+        post["noise"].values, 1.0 / np.sqrt(post["noise_precision"].values), rtol=1e-12
+    )
     assert idata.log_likelihood["y"].shape[-1] == len(idata.observed_data["y"])
     assert np.all(np.isfinite(arviz_compat.loo(idata).elpd_i))
 
@@ -234,7 +260,7 @@ def test_nuts_fit_converges_and_records_noise(snelson_fit):
 def test_posterior_mean_of_beta_matches_quadrature_and_evidence_maximum(snelson_fit):
     X, y, Z, _, idata = snelson_fit
     Phi, t = dense_design(X, Z), y - np.mean(y)
-    beta_draws = idata.posterior["beta"].values
+    beta_draws = idata.posterior["noise_precision"].values
     estimate = float(beta_draws.mean())
     mcse = arviz_compat.mcse_mean(beta_draws)
     sd = float(beta_draws.std())
@@ -252,16 +278,16 @@ def test_posterior_mean_of_beta_matches_quadrature_and_evidence_maximum(snelson_
     )
 
 
-def dense_latent_predictive(X, y, Z, X_test, alpha, beta):
+def dense_latent_predictive(X, y, Z, X_test, weight_precision, noise_precision):
     """f* | t for the joint prior of (t, f*), t = y − ȳ: Cov t = ΦΦᵀ/α + I/β, Cov(t, f*) = ΦΦ*ᵀ/α, Cov f* =
     Φ*Φ*ᵀ/α (w ~ N(0, I/α)), conditioned by dense solves (tests/reference.py); ȳ added back to the mean.
     Function space, where the model's predictive works in weight space (Bishop (3.53)–(3.54))."""
     Phi, Phi_test = dense_design(X, Z), dense_design(X_test, Z)
     offset = float(np.mean(y))
     mean, cov = ref.condition(
-        dense_covariance(Phi, alpha, beta),
-        Phi @ Phi_test.T / alpha,
-        Phi_test @ Phi_test.T / alpha,
+        dense_covariance(Phi, weight_precision, noise_precision),
+        Phi @ Phi_test.T / weight_precision,
+        Phi_test @ Phi_test.T / weight_precision,
         y - offset,
     )
     return mean + offset, np.diag(cov)
@@ -273,8 +299,10 @@ def test_predict_and_stored_predictions_are_the_dense_conditional(snelson_fit, d
     latent predictive conditioned densely in function space (:func:`dense_latent_predictive`)."""
     X, y, Z, X_test, idata = snelson_fit
     c, d = draw
-    alpha, beta = (float(idata.posterior[name].values[c, d]) for name in ("alpha", "beta"))
-    mean, var = dense_latent_predictive(X, y, Z, X_test, alpha, beta)
+    weight_precision, noise_precision = (
+        float(idata.posterior[name].values[c, d]) for name in ("weight_precision", "noise_precision")
+    )
+    mean, var = dense_latent_predictive(X, y, Z, X_test, weight_precision, noise_precision)
     pred = br.predict(idata, X_test)
     for f_mean, f_var in (
         (pred.f_mean[c, d], pred.f_var[c, d]),

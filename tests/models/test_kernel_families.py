@@ -47,13 +47,13 @@ def test_rq_family_is_registered_and_listed_by_the_cli(rng):
     family = get_family("rq")
     X, y, scales = _scales(rng)
     priors = family.default_priors(scales)
-    assert set(priors) == {*family.params, "noise"} == {"lengthscale", "variance", "alpha", "noise"}
+    assert set(priors) == {*family.params, "noise"} == {"lengthscale", "variance", "mixture_shape", "noise"}
     # Two inputs: the one-input median 0.2 · range, √2 times longer (families' module docstring).
     assert_close(_median(priors["lengthscale"]), 0.2 * np.sqrt(2.0) * np.ptp(X, axis=0))
     assert_close(_median(priors["variance"]), np.std(y) ** 2)
-    kernel = family.build({"lengthscale": np.array([1.0, 0.01]), "variance": 2.0, "alpha": 0.5})
+    kernel = family.build({"lengthscale": np.array([1.0, 0.01]), "variance": 2.0, "mixture_shape": 0.5})
     assert type(kernel) is K.RationalQuadratic
-    assert_close(kernel.alpha, 0.5)
+    assert_close(kernel.mixture_shape, 0.5)
 
 
 def test_every_kernel_class_that_names_a_family_is_registered():
@@ -84,7 +84,7 @@ def test_kernel_family_resolves_priors_on_the_data_scale(rng):
     family = kernel_family(
         lambda p: (
             p["scale"] * K.SquaredExponential(p["l0"]).on_dims([0])
-            + K.RationalQuadratic(p["l1"], p["rq_variance"], alpha=2.0).on_dims([1])
+            + K.RationalQuadratic(p["l1"], p["rq_variance"], mixture_shape=2.0).on_dims([1])
         ),
         priors={
             "l0": lambda s: lengthscale_prior(s, dims=[0]),
@@ -154,7 +154,7 @@ def test_fit_samples_every_hyperparameter_of_a_composite_family():
     family = kernel_family(
         lambda p: (
             p["scale"] * K.SquaredExponential(p["lengthscale"]).on_dims([0])
-            + K.RationalQuadratic(p["rq_lengthscale"], p["rq_variance"], p["alpha"]).on_dims([1])
+            + K.RationalQuadratic(p["rq_lengthscale"], p["rq_variance"], p["mixture_shape"]).on_dims([1])
             + K.WhiteNoise(1e-4)
         ),
         priors={
@@ -162,7 +162,7 @@ def test_fit_samples_every_hyperparameter_of_a_composite_family():
             "scale": variance_prior,
             "rq_lengthscale": lambda s: lengthscale_prior(s, dims=[1]),
             "rq_variance": lambda s: variance_prior(s, fraction=0.3),
-            "alpha": dist.LogNormal(0.0, 1.0),
+            "mixture_shape": dist.LogNormal(0.0, 1.0),
         },
         name="se-plus-rq",
     )

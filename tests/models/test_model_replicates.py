@@ -43,15 +43,18 @@ def test_blr_replicates_equal_the_dense_weight_posterior():
     X = np.sort(gen.uniform(0.0, 3.0, 10))[:, None]
     Z = np.linspace(0.0, 3.0, 4)[:, None]
     t = np.sin(2.0 * X[:, 0]) + 0.1 * gen.standard_normal(10)
-    alpha, beta, c = 2.0, 25.0, 0.3
+    weight_precision, noise_precision, c = 2.0, 25.0, 0.3
     data = {"X": jnp.asarray(X), "Z": jnp.asarray(Z), "y": jnp.asarray(t), "y_offset": jnp.asarray(c)}
-    params = {"alpha": jnp.asarray(alpha), "beta": jnp.asarray(beta)}
+    params = {
+        "weight_precision": jnp.asarray(weight_precision),
+        "noise_precision": jnp.asarray(noise_precision),
+    }
     key = jax.random.PRNGKey(stochastic.seed(21))
     draws = np.asarray(blr.replicate(key, (S,), params, data, None))
     Phi = np.asarray(blr.design_matrix(jnp.asarray(X), jnp.asarray(Z)))
-    S_N = np.linalg.inv(alpha * np.eye(4) + beta * Phi.T @ Phi)
-    m_N = beta * S_N @ Phi.T @ (t - c)
-    _assert_moments(draws, c + Phi @ m_N, Phi @ S_N @ Phi.T + np.eye(10) / beta)
+    S_N = np.linalg.inv(weight_precision * np.eye(4) + noise_precision * Phi.T @ Phi)
+    m_N = noise_precision * S_N @ Phi.T @ (t - c)
+    _assert_moments(draws, c + Phi @ m_N, Phi @ S_N @ Phi.T + np.eye(10) / noise_precision)
 
 
 def test_grouped_replicates_equal_each_groups_dense_conditional():

@@ -223,7 +223,7 @@ def test_chi2_uniformity_exact_expectations():
 def test_quantity_names():
     """One column per scalar component of every latent sample site, in the model's order, then log_lik."""
     assert quantity_names("sor") == ("lengthscale", "variance", "noise", LOGLIK)
-    assert quantity_names("blr") == ("alpha", "beta", LOGLIK)
+    assert quantity_names("blr") == ("weight_precision", "noise_precision", LOGLIK)
     assert quantity_names("rbfn", num_inducing=3, likelihood="negative_binomial") == (
         "lengthscale",
         "variance",

@@ -73,5 +73,5 @@ def test_sbc_blr_detects_doubled_noise():
     """Data simulated with noise 2σ (σ = β^-½), the model fits σ: the posterior of β lies below the truth,
     which ranks near the top (mean fractional rank > 0.75), and p(β) < 1e-6."""
     r = sbc("blr", 2.0)
-    assert r.pvalues["beta"] < REJECT_P, r.pvalues
-    assert np.mean(r.ranks[:, r.params.index("beta")]) > 0.75 * (r.num_ranks - 1)
+    assert r.pvalues["noise_precision"] < REJECT_P, r.pvalues
+    assert np.mean(r.ranks[:, r.params.index("noise_precision")]) > 0.75 * (r.num_ranks - 1)
