@@ -34,7 +34,7 @@ References
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -189,16 +189,17 @@ def _stored_log_likelihood(idata: Any, site: str) -> np.ndarray | None:
     return None
 
 
-def _fit_pit_values(idata: Any) -> np.ndarray:
+def _fit_pit_values(idata: Any, rebuild: Mapping[str, Any]) -> np.ndarray:
     """The CDFs F(y_i | y_−i, θ_s) of a :func:`bayes_rbfn.fit` result, (chain, draw, N).
 
-    In the order of the observations.
+    In the order of the observations; ``rebuild`` holds the ``kernel`` and ``mean`` to pass again
+    (:func:`bayes_rbfn.infer.schema.rebuild_with_layout`).
     """
     from bayes_rbfn.infer.fitting import pointwise_loo
     from bayes_rbfn.infer.predictive import draw_work
     from bayes_rbfn.infer.schema import rebuild_with_layout
 
-    spec, config, data, layout, params = rebuild_with_layout(idata)
+    spec, config, data, layout, params = rebuild_with_layout(idata, **rebuild)
     pit = pointwise_loo(spec, dataclasses.replace(config, loo_statistic="pit"), params, draw_work(data), data)
     return layout.to_observations(pit, batch_ndim=2)
 
@@ -216,6 +217,7 @@ def loo_pit(
     Uniform on [0, 1] for a calibrated model (see the module docstring)::
 
         pit = bayes_rbfn.loo_pit(idata)                          # the result of bayes_rbfn.fit
+        pit = bayes_rbfn.loo_pit(idata, kernel=my_kernel)        # … one fitted with a kernel object
         pit = bayes_rbfn.loo_pit(idata, model, X, Z, y=y)        # a model of one's own (az.from_numpyro)
         scipy.stats.kstest(pit, "uniform")
 
@@ -230,7 +232,9 @@ def loo_pit(
         *args: the model's positional arguments, as given to ``MCMC.run`` (a model of one's own).
         site: the observed site.
         batch_size: posterior draws evaluated at a time (a model of one's own).
-        **kwargs: the model's keyword arguments, as given to ``MCMC.run`` (a model of one's own).
+        **kwargs: the model's keyword arguments, as given to ``MCMC.run`` (a model of one's own). For a
+            result of :func:`bayes_rbfn.fit`, only what no file can hold, as :func:`bayes_rbfn.predict`
+            takes it: ``kernel`` (a kernel object or a family of one's own) and ``mean`` (a callable).
 
     Returns:
         (N,) PIT values in [0, 1], in the order of the observations.
@@ -245,7 +249,13 @@ def loo_pit(
                 "model: this InferenceData was not written by bayes_rbfn.fit; pass the NumPyro model and its "
                 "arguments: loo_pit(idata, model, *args, **kwargs)"
             )
-        pit = _fit_pit_values(idata)
+        unknown = sorted(set(kwargs) - {"kernel", "mean"})
+        if args or unknown:
+            raise ValueError(
+                f"model: arguments {', '.join(map(repr, unknown)) or 'given positionally'} are for a model "
+                "of one's own; a result of bayes_rbfn.fit takes only kernel= and mean="
+            )
+        pit = _fit_pit_values(idata, kwargs)
         log_lik = _stored_log_likelihood(idata, "y")
         if log_lik is None:
             raise ValueError("idata: no log_likelihood group (fit with log_likelihood=True)")

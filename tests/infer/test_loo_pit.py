@@ -131,3 +131,28 @@ def test_loo_pit_refuses_other_input():
         br.loo_pit({"y": 1})
     with pytest.raises(ValueError, match=r"model: this InferenceData was not written by bayes_rbfn\.fit"):
         br.loo_pit(arviz_compat.from_groups({"posterior": {"mu": np.zeros((1, 2))}}))
+
+
+def test_a_fit_with_a_kernel_object_takes_it_again_and_gives_the_dense_pit():
+    """A fit given a kernel object (no file can hold one) is refused without ``kernel=``, naming it; with
+    it, loo_pit is the PSIS-weighted average of the dense per-draw SoR CDFs (weights as in the test of a
+    model of one's own), from the data and inducing inputs the fit stored."""
+    idata = _fit("sor", X[:, 0], Y, Z=Z[:, 0], kernel=KERNEL, seed=seed(3))
+    with pytest.raises(ValueError, match=r"kernel 'SquaredExponential' was a kernel object"):
+        br.loo_pit(idata)
+    with pytest.raises(ValueError, match=r"model: arguments 'Z' are for a model of one's own"):
+        br.loo_pit(idata, kernel=KERNEL, Z=Z)
+    pit = br.loo_pit(idata, kernel=KERNEL)
+    cd, noise = idata.constant_data, idata.posterior["noise"].values
+    A, B = cd["X"].values.reshape(len(Y), -1), cd["Z"].values.reshape(len(Z), -1)
+    t = idata.observed_data["y"].values - cd["y_offset"].values.item()
+    chains, draws = noise.shape
+    log_lik = np.empty((chains * draws, len(Y)))
+    cdf = np.empty_like(log_lik)
+    for s, (c, d) in enumerate(np.ndindex(chains, draws)):
+        C = ref.prior_cov("sor", KERNEL, A, B, noise[c, d], JITTER)
+        log_lik[s], cdf[s] = ref.loo_brute_force(C, t), ref.loo_pit_brute_force(C, t)
+    ess = arviz_compat.ess(arviz_compat.group_dataset(idata, "posterior"), method="mean")
+    reff = np.mean([ess[v].values for v in ess.data_vars]) / (chains * draws)
+    expected = np.sum(np.exp(arviz_compat.psis_log_weights(-log_lik, reff)) * cdf, axis=0)
+    assert_close(pit, expected, rtol=1e-7)
