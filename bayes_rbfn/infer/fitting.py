@@ -56,7 +56,7 @@ from bayes_rbfn.infer.schema import kernel_kind, posterior_params, rebuild, rebu
 from bayes_rbfn.io import arviz_compat
 from bayes_rbfn.models import ModelConfig, ModelSpec, get_model, model_specs
 from bayes_rbfn.models.distributions import deferred_loo
-from bayes_rbfn.models.families import data_scales, get_family
+from bayes_rbfn.models.families import KernelFamily, data_scales, get_family
 from bayes_rbfn.models.layout import Layout
 from bayes_rbfn.models.likelihoods import Likelihood, get_likelihood
 from bayes_rbfn.runtime import available_memory, single_threaded_blas
@@ -66,8 +66,11 @@ __all__ = [
     "INITS",
     "Float32Warning",
     "GenerativeModel",
+    "add_posterior_predictive",
+    "add_prior_draws",
     "backtest_scores",
     "build_model",
+    "check_fit",
     "default_num_inducing",
     "fit",
     "holdout_split",
@@ -75,6 +78,9 @@ __all__ = [
     "posterior_params",
     "prior_predictive",
     "rebuild",
+    "sample_posterior",
+    "score_holdout",
+    "to_inference_data",
 ]
 
 
@@ -136,6 +142,16 @@ def _sampler_settings(sampler: SamplerSettings | None, **given: Any) -> SamplerS
             f"sampler: give the NUTS settings either as sampler= or by name, not both ({', '.join(named)})"
         )
     return sampler
+
+
+def _split_sampler_settings(sampler: SamplerSettings | None, options: dict[str, Any]) -> SamplerSettings:
+    """Take the sampler's fields out of ``fit``'s ``options`` (in place) and refuse any unknown one."""
+    sampler_fields = {f.name for f in dataclasses.fields(SamplerSettings)}
+    settings = _sampler_settings(sampler, **{k: options.pop(k) for k in list(options) if k in sampler_fields})
+    unknown = sorted(set(options) - MODEL_OPTIONS)
+    if unknown:
+        raise ValueError(f"{unknown[0]}: not an option of fit (see help(bayes_rbfn.fit))")
+    return settings
 
 
 def _non_negative_int(value: Any, name: str) -> int:
@@ -416,67 +432,17 @@ def build_model(
     observed value in ``args``.
     """
     spec = get_model(model)
-    X = check_X(X, "X")
-    y = check_y(y, X.shape[0])
-    for j in range(X.shape[1]):
-        check_scale(X[:, j], f"X[:, {j}]", INPUT_SCALES, relative_spread=INPUT_RELATIVE_SPREAD)
-    check_scale(y, "y", TARGET_SCALES)
-    lik = get_likelihood(likelihood)
-    spec.check_likelihood(lik.name)
-    lik.check(np.asarray(y))
+    X, y, lik = _checked_data(spec, X, y, likelihood)
     mean_kind, offset = _resolve_mean(mean, spec, lik, np.asarray(y))
-    if spec.family is not None:
-        # The model brings its own hyperparameters (e.g. blr's α, β); a kernel choice would be ignored.
-        if not (isinstance(kernel, str) and kernel == "se"):
-            raise ValueError(f"kernel: the {spec.name!r} model has no kernel to choose (got {kernel!r})")
-        family = spec.family
-    else:
-        family = get_family(kernel)
-    real = isinstance(jitter, int | float | np.floating) and not isinstance(jitter, bool)
-    if jitter is not None and not (real and 0 < jitter < np.inf):
-        raise ValueError(
-            f"jitter: expected a finite number > 0 (relative to the kernel's variance; None for the "
-            f"package's policy), got {jitter!r}"
-        )
-    check_precision(precision)
-    if precision != "float64" and not spec.takes_precision:
-        takes = [name for name, other in model_specs().items() if other.takes_precision]
-        raise ValueError(
-            f"precision: the {spec.name!r} model has no streamed O(NM²) pass to run in mixed precision; "
-            f"use one of {', '.join(takes)}"
-        )
-    fixed = dict(fixed or {})
-    if noise is not None:
-        fixed["noise"] = check_positive(noise, "noise")
-    for name, value in fixed.items():
-        fixed[name] = jnp.asarray(check_positive(value, f"fixed[{name!r}]") if np.ndim(value) == 0 else value)
+    family = _family_for(spec, kernel)
+    _check_numerics(spec, jitter, precision)
+    fixed = _fixed_values(fixed, noise)
     shard, chains, chain_method = _mesh_for
     mesh = _data_mesh(shard, spec, chains, chain_method)
-    # A sharded fit takes the data's summaries from exactly rounded sums, which are the same numbers
-    # whether its rows are in this process or spread over several (bayes_rbfn.infer.processes).
-    summary = data_summary(X, y) if mesh is not None else None
-    spread = spread_over_processes(mesh)
-    X_inducing = X
-    if summary is None:
-        scales = data_scales(X, y)
-    else:
-        if spread and X_pred is None:
-            raise ValueError(
-                "X_pred: with the data spread over processes, give the prediction inputs (the same in "
-                "every process)"
-            )
-        if spread and (callable(mean) or (isinstance(mean, str) and mean == "linear")):
-            raise ValueError("mean: with the data spread over processes the prior mean is a constant")
-        scales = scales_from(summary.x_max - summary.x_min, summary.y_sd)
-        if isinstance(mean, str) and mean == "constant":
-            offset = summary.y_mean
-        if spread and Z is None:
-            X_inducing = common_subsample(X, INDUCING_SUBSAMPLE, seed)
-    defaults = _default_priors(spec, family, lik, scales, mean_kind, offset)
-    resolved_priors = _resolve_priors(defaults, priors, fixed)
+    scales, offset, summary, X_inducing = _data_scales_and_offset(X, y, mesh, mean, offset, X_pred, Z, seed)
     config = ModelConfig(
         family=family,
-        priors=resolved_priors,
+        priors=_resolve_priors(_default_priors(spec, family, lik, scales, mean_kind, offset), priors, fixed),
         fixed=fixed,
         hyperprior=hyperprior,
         jitter=jitter,
@@ -486,19 +452,7 @@ def build_model(
         mean=mean_kind,
     )
     if spec.uses_inducing:
-        if Z is None:
-            M = (
-                default_num_inducing(X_inducing, spec.samples_weights)
-                if num_inducing is None
-                else num_inducing
-            )
-            Z = _choose_inducing(inducing_method, X_inducing, y, M, spec, config, seed)
-        if np.ndim(Z) == 3 and spec.grouped:
-            Z = jnp.asarray(
-                np.stack([np.asarray(check_Z(z, X, f"Z[{g}]")) for g, z in enumerate(Z)]), X.dtype
-            )
-        else:
-            Z = jnp.asarray(check_Z(Z, X), dtype=X.dtype)
+        Z = _inducing_inputs(spec, config, X, y, Z, num_inducing, inducing_method, X_inducing, seed)
     X_pred = X if X_pred is None else check_X(X_pred, "X_pred", dim=X.shape[1])
     for j in range(X.shape[1]):
         check_scale(X_pred[:, j], f"X_pred[:, {j}]", INPUT_SCALES)
@@ -516,22 +470,123 @@ def build_model(
     )
     if summary is not None:
         data["x_centre"] = jnp.asarray(summary.x_mean, dtype=X.dtype)
-    if spread:
-        for name, value in (("Z", Z), ("X_pred", X_pred)):
-            check_same(value, name)
-        # Every process's rows as one global array; the rest, equal in every process, replicated.
-        from bayes_rbfn.gp.streaming import process_rows, replicated
-
-        data = {
-            **{k: replicated(v, mesh) for k, v in data.items() if k not in ("X", "y")},
-            "X": process_rows(X, mesh),
-            "y": process_rows(y, mesh),
-        }
-    elif mesh is not None:
-        from bayes_rbfn.gp.streaming import shard_data
-
-        data = shard_data(data, mesh)
+    data = _placed_data(data, X, y, Z, X_pred, mesh)
     return GenerativeModel(spec=spec, config=config, data=data, layout=layout, X=X, y=y, Z=Z, X_pred=X_pred)
+
+
+def _checked_data(
+    spec: ModelSpec, X: Any, y: Any, likelihood: str
+) -> tuple[jax.Array, jax.Array, Likelihood]:
+    """X (N, D) and y (N,) checked for shape and scale, and the likelihood, checked against both."""
+    X = check_X(X, "X")
+    y = check_y(y, X.shape[0])
+    for j in range(X.shape[1]):
+        check_scale(X[:, j], f"X[:, {j}]", INPUT_SCALES, relative_spread=INPUT_RELATIVE_SPREAD)
+    check_scale(y, "y", TARGET_SCALES)
+    lik = get_likelihood(likelihood)
+    spec.check_likelihood(lik.name)
+    lik.check(np.asarray(y))
+    return X, y, lik
+
+
+def _family_for(spec: ModelSpec, kernel: Any) -> KernelFamily:
+    """The kernel family of ``kernel``, or the model's own (blr's α, β), where a kernel choice is refused."""
+    if spec.family is None:
+        return get_family(kernel)
+    if not (isinstance(kernel, str) and kernel == "se"):
+        raise ValueError(f"kernel: the {spec.name!r} model has no kernel to choose (got {kernel!r})")
+    return spec.family
+
+
+def _check_numerics(spec: ModelSpec, jitter: Any, precision: str) -> None:
+    """Refuse a jitter that is not a finite number > 0 and a mixed precision the model cannot run."""
+    real = isinstance(jitter, int | float | np.floating) and not isinstance(jitter, bool)
+    if jitter is not None and not (real and 0 < jitter < np.inf):
+        raise ValueError(
+            f"jitter: expected a finite number > 0 (relative to the kernel's variance; None for the "
+            f"package's policy), got {jitter!r}"
+        )
+    check_precision(precision)
+    if precision != "float64" and not spec.takes_precision:
+        takes = [name for name, other in model_specs().items() if other.takes_precision]
+        raise ValueError(
+            f"precision: the {spec.name!r} model has no streamed O(NM²) pass to run in mixed precision; "
+            f"use one of {', '.join(takes)}"
+        )
+
+
+def _fixed_values(fixed: Mapping[str, Any] | None, noise: float | None) -> dict[str, jax.Array]:
+    """The pinned values as arrays, the noise σ of ``noise=`` among them; scalars checked > 0."""
+    fixed = dict(fixed or {})
+    if noise is not None:
+        fixed["noise"] = check_positive(noise, "noise")
+    for name, value in fixed.items():
+        fixed[name] = jnp.asarray(check_positive(value, f"fixed[{name!r}]") if np.ndim(value) == 0 else value)
+    return fixed
+
+
+def _data_scales_and_offset(
+    X: jax.Array, y: jax.Array, mesh: Any, mean: Any, offset: float, X_pred: Any, Z: Any, seed: int
+) -> tuple[Any, float, Any, jax.Array]:
+    """The data's scales and summaries: what the priors, the mean and the inducing inputs are set from.
+
+    Returns (scales of the default priors, the constant mean, the sharded data's summary or None, the
+    rows that the inducing inputs are chosen from). A sharded fit takes the data's summaries from exactly
+    rounded sums, which are the same numbers whether its rows are in this process or spread over several
+    (:mod:`bayes_rbfn.infer.processes`).
+    """
+    if mesh is None:
+        return data_scales(X, y), offset, None, X
+    summary, spread = data_summary(X, y), spread_over_processes(mesh)
+    if spread and X_pred is None:
+        raise ValueError(
+            "X_pred: with the data spread over processes, give the prediction inputs (the same in every "
+            "process)"
+        )
+    if spread and (callable(mean) or (isinstance(mean, str) and mean == "linear")):
+        raise ValueError("mean: with the data spread over processes the prior mean is a constant")
+    if isinstance(mean, str) and mean == "constant":
+        offset = summary.y_mean
+    X_inducing = common_subsample(X, INDUCING_SUBSAMPLE, seed) if spread and Z is None else X
+    return scales_from(summary.x_max - summary.x_min, summary.y_sd), offset, summary, X_inducing
+
+
+def _inducing_inputs(
+    spec: ModelSpec,
+    config: ModelConfig,
+    X: jax.Array,
+    y: jax.Array,
+    Z: Any,
+    num_inducing: int | None,
+    inducing_method: str,
+    X_inducing: jax.Array,
+    seed: int,
+) -> jax.Array:
+    """Z as given (checked; (G, M, D) for the grouped model), or chosen by ``inducing_method``."""
+    if Z is None:
+        M = default_num_inducing(X_inducing, spec.samples_weights) if num_inducing is None else num_inducing
+        Z = _choose_inducing(inducing_method, X_inducing, y, M, spec, config, seed)
+    if np.ndim(Z) == 3 and spec.grouped:
+        return jnp.asarray(np.stack([np.asarray(check_Z(z, X, f"Z[{g}]")) for g, z in enumerate(Z)]), X.dtype)
+    return jnp.asarray(check_Z(Z, X), dtype=X.dtype)
+
+
+def _placed_data(data: dict, X: jax.Array, y: jax.Array, Z: Any, X_pred: Any, mesh: Any) -> dict:
+    """The model's data on the devices of ``mesh``: sharded by rows, or every process's rows as one array."""
+    if mesh is None:
+        return data
+    from bayes_rbfn.gp.streaming import process_rows, replicated, shard_data
+
+    if not spread_over_processes(mesh):
+        return shard_data(data, mesh)
+    for name, value in (("Z", Z), ("X_pred", X_pred)):
+        check_same(value, name)
+    # Every process's rows as one global array; the rest, equal in every process, replicated.
+    return {
+        **{k: replicated(v, mesh) for k, v in data.items() if k not in ("X", "y")},
+        "X": process_rows(X, mesh),
+        "y": process_rows(y, mesh),
+    }
 
 
 #: The keyword options of :func:`build_model` that :func:`fit` passes on.
@@ -594,14 +649,20 @@ def _prior_draws(problem: GenerativeModel, num_samples: int, key: jax.Array) -> 
     return draws, y_sim
 
 
-def _add_prior(idata: Any, problem: GenerativeModel, num_samples: int, seed: int) -> None:
-    """Add the groups ``prior`` and ``prior_predictive`` of ``num_samples`` prior draws to a fit's ``idata``.
+def add_prior_draws(idata: Any, problem: GenerativeModel, *, num_draws: int, seed: int) -> None:
+    """Add the groups ``prior`` and ``prior_predictive`` of ``num_draws`` prior draws to a fit.
 
     Each parameter has the dimension names it has in ``posterior``.
+
+    Args:
+        idata: the fit (:func:`to_inference_data`), extended in place.
+        problem: its model and data (:func:`build_model`).
+        num_draws: prior draws.
+        seed: the fit's seed; the draws take a key of their own derived from it.
     """
     # A key of its own, apart from the sampler's (seed) and the posterior predictive's (fold_in 1).
     key = jax.random.fold_in(jax.random.PRNGKey(seed), 2)
-    draws, y_sim = _prior_draws(problem, num_samples, key)
+    draws, y_sim = _prior_draws(problem, check_positive_int(num_draws, "num_draws"), key)
     post = idata.posterior
     dims = {"y": ["obs"]}
     for name, value in draws.items():
@@ -628,44 +689,34 @@ def fit(
 ) -> Any:
     """Fit a model of the collection with NUTS and return ArviZ InferenceData (docs/output.md).
 
-    validate → the model bound to its data (:func:`build_model`) → the one NUTS loop
-    (:func:`bayes_rbfn.infer.sampler.run_chains`) → InferenceData. docs/library.md explains every option.
+    Public steps, each callable on its own (docs/library.md, *fit, step by step*): :func:`build_model` →
+    :func:`sample_posterior` → :func:`to_inference_data` → :func:`add_prior_draws`,
+    :func:`add_posterior_predictive`, :func:`score_holdout` → :func:`check_fit`.
 
     Args:
-        model: a model name (:func:`bayes_rbfn.models.available_models`) or a
-            :class:`~bayes_rbfn.models.ModelSpec`.
+        model: a name (:func:`bayes_rbfn.models.available_models`) or a :class:`bayes_rbfn.models.ModelSpec`.
         X: (N, D) or (N,) inputs.
         y: (N,) targets.
-        sampler: the NUTS settings as one :class:`~bayes_rbfn.infer.sampler.SamplerSettings`, or give its
-            fields by name in ``options`` (``chains``, ``draws``, ``warmup``, ``seed``, ``target_accept``,
-            ``dense_mass``, ``max_tree_depth``, ``init``, ``chain_method``, ``progress``, ``checkpoint``,
-            ``checkpoint_every``), not both.
-        shard: ``True`` or a :class:`jax.sharding.Mesh` with a ``"data"`` axis: split the ``sor`` model's
-            O(NM²) pass over the devices (chains then run one after the other).
-        holdout_after: a backtest for one input: fit the points with x ≤ ``holdout_after`` and score the
-            predictive on the rest (:func:`backtest_scores` reads the scores).
-        holdout: a backtest for one input: fit all but the last ``holdout`` fraction of the points (by x)
-            and score the predictive on the rest.
-        check_diagnostics: warn (:class:`~bayes_rbfn.infer.diagnostics.ConvergenceWarning`) on poor
-            r_hat, ESS or divergences.
+        sampler: the NUTS settings, a :class:`~bayes_rbfn.infer.sampler.SamplerSettings`; or its fields by
+            name in ``options`` (``chains``, ``draws``, ``warmup``, ``seed``, …), not both.
+        shard: ``True`` or a :class:`jax.sharding.Mesh` with a ``"data"`` axis: the O(NM²) pass over devices.
+        holdout_after: a backtest: fit the points with x ≤ ``holdout_after``, score the rest.
+        holdout: the same, scoring the last ``holdout`` fraction of the points by x (:func:`backtest_scores`).
+        check_diagnostics: warn on poor convergence or collapsed predictive variance (:func:`check_fit`).
         log_likelihood: store the LOO conditionals (N values per draw).
-        posterior_predictive: draws per chain of replicates y_rep ~ p(y_rep | y) (default 1,000; None:
-            every draw; 0: none).
+        posterior_predictive: replicates y_rep per chain (None: at every draw; 0: none).
         prior_draws: draws of the prior and the prior predictive to store (default 0: none).
         coords: ArviZ coordinates, e.g. ``{"input_dim": ["year"]}``.
-        **options: the model's options (those of :func:`build_model`: ``Z``, ``num_inducing``, ``X_pred``,
-            ``kernel``, ``priors``, ``fixed``, ``noise``, ``hyperprior``, ``likelihood``, ``mean``,
-            ``group``, ``group_pred``, ``inducing_method``, ``jitter``, ``precision``) and the sampler's.
+        **options: the model's options, those of :func:`build_model` (``Z``, ``num_inducing``, ``kernel``,
+            ``priors``, ``likelihood``, ``mean``, …), and the sampler's.
 
     Returns:
-        The line's ArviZ object (InferenceData on ArviZ 0.x, DataTree on 1.x:
-        :mod:`bayes_rbfn.io.arviz_compat`) with posterior, sample_stats, observed_data, constant_data,
-        log_likelihood, posterior_predictive, predictions (f_mean, f_var at X_pred) and
-        predictions_constant_data; with ``prior_draws``, prior and prior_predictive too. In the units of
-        the data.
+        The line's ArviZ object (InferenceData on ArviZ 0.x, DataTree on 1.x) with the groups of
+        :func:`to_inference_data`, posterior_predictive, and prior and prior_predictive with
+        ``prior_draws``; in the units of the data.
 
     Warns:
-        Float32Warning: once per process when JAX's x64 mode is off (call ``numpyro.enable_x64()`` first).
+        Float32Warning: once per process when JAX's x64 mode is off (``numpyro.enable_x64()`` first).
 
     Raises:
         ValueError: a bad argument (the message names it), before sampling starts.
@@ -673,84 +724,128 @@ def fit(
         NonFiniteResultError: the predictions or log-likelihood hold NaN or ±∞.
     """
     _warn_if_float32()
-    sampler_fields = {f.name for f in dataclasses.fields(SamplerSettings)}
-    settings = _sampler_settings(sampler, **{k: options.pop(k) for k in list(options) if k in sampler_fields})
-    unknown = sorted(set(options) - MODEL_OPTIONS)
-    if unknown:
-        raise ValueError(f"{unknown[0]}: not an option of fit (see help(bayes_rbfn.fit))")
+    settings = _split_sampler_settings(sampler, options)
     if posterior_predictive is not None:
         posterior_predictive = _non_negative_int(posterior_predictive, "posterior_predictive")
     prior_draws = 0 if prior_draws is None else _non_negative_int(prior_draws, "prior_draws")
-    X_holdout = y_holdout = None
-    if holdout_after is not None or holdout is not None:
-        if options.get("group") is not None:
-            raise ValueError(
-                "holdout: a backtest of grouped data is not supported (split each group yourself)"
-            )
-        if options.get("likelihood", "gaussian") != "gaussian":
-            raise ValueError("holdout: the backtest scores need the gaussian likelihood")
-        X, y, X_holdout, y_holdout = holdout_split(X, y, holdout_after=holdout_after, holdout=holdout)
+    X, y, *held_out = _backtest_split(X, y, options, holdout_after=holdout_after, holdout=holdout)
     problem = build_model(
         model, X, y, seed=settings.seed, _mesh_for=(shard, settings.chains, settings.chain_method), **options
     )
-    spec, config, data, layout = problem.spec, problem.config, problem.data, problem.layout
-    X, y, Z, X_pred = problem.X, problem.y, problem.Z, problem.X_pred
-    if spread_over_processes(config.mesh):  # every process's rows, for the per-observation groups
-        X, y = to_host(data["X"]), to_host(data["y"])
-    _check_coords(coords, {"obs": X.shape[0], "input_dim": X.shape[1], "point": X_pred.shape[0]})
-    need = result_bytes(
-        chains=settings.chains,
-        draws=settings.draws,
-        params=estimated_params(Z, X.shape[1]),
-        N=X.shape[0],
-        S=X_pred.shape[0],
-        replicates_per_chain=posterior_predictive,
-    ) + 8 * prior_draws * (X.shape[0] + estimated_params(Z, X.shape[1]))
-    check_result_size(need, available_memory())
-    if config.mesh is not None and settings.chain_method is None:
-        settings = dataclasses.replace(settings, chain_method="sequential")  # each chain uses every device
+    settings = _check_before_sampling(problem, settings, coords, posterior_predictive, prior_draws)
     with warnings.catch_warnings(), single_threaded_blas():
         # NumPyro warns when chains > devices; the fallback (resolve_chain_method) is deliberate.
         warnings.filterwarnings("ignore", message="There are not enough devices")
-        try:
-            kernel_nuts = nuts_kernel(
-                problem.model,
-                problem.args,
-                settings,
-                num_points=X.shape[0],
-                search_args=(
-                    problem.subset_args(MAP_SEARCH_POINTS, settings.seed)
-                    if X.shape[0] >= 2 * MAP_SEARCH_POINTS
-                    and resolve_init(settings.init, X.shape[0]) == "map"
-                    else None
-                ),
-            )
-            samples, stats = run_chains(kernel_nuts, problem.args, settings, run_record=problem.record())
-        except RuntimeError as err:
-            if NO_VALID_START not in str(err):
-                raise
-            raise explain_degenerate(problem, config.jitter) from err
-        idata = _to_inference_data(
-            spec, config, data, layout, samples, stats, X, y, Z, X_pred, log_likelihood=log_likelihood
-        )
-        if spec.uses_inducing:
-            chosen = "given" if options.get("Z") is not None else options.get("inducing_method", "kmeans")
-            idata.posterior.attrs["bayes_rbfn_inducing"] = chosen
+        samples, stats = sample_posterior(problem, settings)
+        seed = settings.seed
+        inducing = "given" if options.get("Z") is not None else options.get("inducing_method", "kmeans")
+        idata = to_inference_data(problem, samples, stats, log_likelihood=log_likelihood, inducing=inducing)
         if prior_draws:
-            _add_prior(idata, problem, prior_draws, settings.seed)
+            add_prior_draws(idata, problem, num_draws=prior_draws, seed=seed)
         if posterior_predictive != 0:
-            replicates = _posterior_predictive(
-                problem.model, problem.args, spec, layout, samples, settings.seed, posterior_predictive
-            )
-            arviz_compat.add_groups(idata, {"posterior_predictive": {"y": replicates}}, dims={"y": ["obs"]})
+            add_posterior_predictive(idata, problem, samples, seed=seed, draws_per_chain=posterior_predictive)
         check_finite(idata)
-        if X_holdout is not None:
-            _score_holdout(idata, X_holdout, y_holdout, **rebuild_inputs(problem.spec, problem.config))
+        if held_out:
+            score_holdout(idata, *held_out, **rebuild_inputs(problem.spec, problem.config))
         _set_coords(idata, coords)
     if check_diagnostics:
-        diagnostics.warn_if_poor(diagnostics.check_convergence(idata))
-        _warn_if_collapsed(spec, config, Z, samples, X_pred)
+        check_fit(idata, problem, samples)
     return idata
+
+
+def _backtest_split(
+    X: Any, y: Any, options: Mapping[str, Any], *, holdout_after: float | None, holdout: float | None
+) -> tuple[Any, ...]:
+    """:func:`holdout_split` for :func:`fit` (X, y and no held-out points without a backtest)."""
+    if holdout_after is None and holdout is None:
+        return X, y
+    if options.get("group") is not None:
+        raise ValueError("holdout: a backtest of grouped data is not supported (split each group yourself)")
+    if options.get("likelihood", "gaussian") != "gaussian":
+        raise ValueError("holdout: the backtest scores need the gaussian likelihood")
+    return holdout_split(X, y, holdout_after=holdout_after, holdout=holdout)
+
+
+def _rows(problem: GenerativeModel) -> tuple[Any, Any]:
+    """The fit's X and y: every process's rows where the data are spread over processes."""
+    if spread_over_processes(problem.config.mesh):
+        return to_host(problem.data["X"]), to_host(problem.data["y"])
+    return problem.X, problem.y
+
+
+def _check_before_sampling(
+    problem: GenerativeModel,
+    settings: SamplerSettings,
+    coords: Mapping[str, Any] | None,
+    posterior_predictive: int | None,
+    prior_draws: int,
+) -> SamplerSettings:
+    """Refuse, before any sampling, coordinates of the wrong length and a result too large for memory.
+
+    Returns:
+        The settings, with chains one after the other where each chain uses every device (a mesh).
+    """
+    X, Z, X_pred = _rows(problem)[0], problem.Z, problem.X_pred
+    _check_coords(coords, {"obs": X.shape[0], "input_dim": X.shape[1], "point": X_pred.shape[0]})
+    params = estimated_params(Z, X.shape[1])
+    need = result_bytes(
+        chains=settings.chains,
+        draws=settings.draws,
+        params=params,
+        N=X.shape[0],
+        S=X_pred.shape[0],
+        replicates_per_chain=posterior_predictive,
+    ) + 8 * prior_draws * (X.shape[0] + params)
+    check_result_size(need, available_memory())
+    if problem.config.mesh is not None and settings.chain_method is None:
+        return dataclasses.replace(settings, chain_method="sequential")
+    return settings
+
+
+def sample_posterior(problem: GenerativeModel, settings: SamplerSettings) -> tuple[dict, dict]:
+    """NUTS on a model bound to its data: the first step after :func:`build_model`.
+
+    The start and mass matrix of :func:`bayes_rbfn.infer.sampler.nuts_kernel` (a mode search on a subset
+    of the data for ``init="map"``), then the one NUTS loop (:func:`bayes_rbfn.infer.sampler.run_chains`).
+
+    Args:
+        problem: the model and its data (:func:`build_model`).
+        settings: the NUTS settings.
+
+    Returns:
+        (samples, stats): {site: (chains, draws, …)} and NUTS's per-draw statistics.
+
+    Raises:
+        DegenerateModelError: no parameter values have a finite log density.
+    """
+    N = _rows(problem)[0].shape[0]
+    subset = N >= 2 * MAP_SEARCH_POINTS and resolve_init(settings.init, N) == "map"
+    search_args = problem.subset_args(MAP_SEARCH_POINTS, settings.seed) if subset else None
+    try:
+        kernel_nuts = nuts_kernel(
+            problem.model, problem.args, settings, num_points=N, search_args=search_args
+        )
+        return run_chains(kernel_nuts, problem.args, settings, run_record=problem.record())
+    except RuntimeError as err:
+        if NO_VALID_START not in str(err):
+            raise
+        raise explain_degenerate(problem, problem.config.jitter) from err
+
+
+def check_fit(idata: Any, problem: GenerativeModel, samples: Mapping[str, Any]) -> None:
+    """Warn where a fit should not be trusted as it is: the last step of :func:`fit`.
+
+    A :class:`~bayes_rbfn.infer.diagnostics.ConvergenceWarning` on poor r_hat, ESS or divergences, and
+    a :class:`~bayes_rbfn.gp.sparse.VarianceCollapseWarning` where the SoR family's predictions at
+    ``X_pred`` have lost most of the prior variance.
+
+    Args:
+        idata: the fit (:func:`to_inference_data`).
+        problem: its model and data (:func:`build_model`).
+        samples: its draws (:func:`sample_posterior`).
+    """
+    diagnostics.warn_if_poor(diagnostics.check_convergence(idata))
+    _warn_if_collapsed(problem.spec, problem.config, problem.Z, samples, problem.X_pred)
 
 
 #: Posterior draws (at most) over which fit() averages the variance-collapse diagnostic.
@@ -821,24 +916,38 @@ def _data_mesh(shard: Any, spec: ModelSpec, chains: int, chain_method: str | Non
     return mesh
 
 
-def _posterior_predictive(
-    bound_model: Any,
-    model_args: tuple,
-    spec: ModelSpec,
-    layout: Layout,
+def add_posterior_predictive(
+    idata: Any,
+    problem: GenerativeModel,
     samples: Mapping[str, Any],
+    *,
     seed: int,
-    per_chain: int | None,
-) -> np.ndarray:
-    """Posterior predictive replicates y_rep ~ p(y_rep | y), (chains, kept draws, N).
+    draws_per_chain: int | None = DEFAULT_PREDICTIVE_DRAWS,
+) -> None:
+    """Add the group ``posterior_predictive``: replicates y_rep ~ p(y_rep | y), (chains, kept draws, N).
 
     At (evenly thinned) posterior draws: the model's own observed site, replicated given the data
     (:func:`bayes_rbfn.infer.replicates.replicate_site`).
+
+    Args:
+        idata: the fit (:func:`to_inference_data`), extended in place.
+        problem: its model and data (:func:`build_model`).
+        samples: its draws (:func:`sample_posterior`).
+        seed: the fit's seed; the replicates take a key of their own derived from it.
+        draws_per_chain: replicates per chain, at evenly thinned draws (None: every draw).
     """
+    replicates = _posterior_predictive(problem, samples, seed, draws_per_chain)
+    arviz_compat.add_groups(idata, {"posterior_predictive": {"y": replicates}}, dims={"y": ["obs"]})
+
+
+def _posterior_predictive(
+    problem: GenerativeModel, samples: Mapping[str, Any], seed: int, per_chain: int | None
+) -> np.ndarray:
+    """The replicates of :func:`add_posterior_predictive`, (chains, kept draws, N)."""
     from bayes_rbfn.infer.replicates import replicate_site
 
-    data, prior_values = model_args
-    stored = {k: np.asarray(v) for k, v in samples.items() if k not in spec.unstored_sites}
+    bound_model, (data, prior_values) = problem.model, problem.args
+    stored = {k: np.asarray(v) for k, v in samples.items() if k not in problem.spec.unstored_sites}
     chains, draws = next(iter(stored.values())).shape[:2]
     step = 1 if per_chain is None else -(-draws // per_chain)
     thinned = {k: v[:, ::step] for k, v in stored.items()}
@@ -859,7 +968,7 @@ def _posterior_predictive(
     with single_threaded_blas():
         key = jax.random.fold_in(jax.random.PRNGKey(seed), 1)
         y_rep = to_host(by_program(replicate)(key, flat, data, prior_values))
-    y_rep = layout.to_observations(y_rep, batch_ndim=1)
+    y_rep = problem.layout.to_observations(y_rep, batch_ndim=1)
     return y_rep.reshape(chains, kept, -1)
 
 
@@ -901,19 +1010,25 @@ def holdout_split(
     return X[train], y[train], X[~train], y[~train]
 
 
-def _score_holdout(
-    idata: Any, X_test: np.ndarray, y_test: np.ndarray, *, kernel: Any = None, mean: Any = None
-) -> None:
-    """Score the fit's predictive of y* at the held-out points; store them and the scores in ``idata``.
+def score_holdout(idata: Any, X_test: Any, y_test: Any, *, kernel: Any = None, mean: Any = None) -> None:
+    """Score the fit's predictive of y* at held-out points; store them and the scores in the fit.
 
-    The scores are :func:`bayes_rbfn.infer.scores.score`'s; ``kernel`` and ``mean`` are the fit's kernel
-    object or family of one's own and callable prior mean, which no file holds (as
-    :func:`bayes_rbfn.predict`).
+    The scores are :func:`bayes_rbfn.infer.scores.score`'s, read back by :func:`backtest_scores`.
+
+    Args:
+        idata: the fit, extended in place (``constant_data`` gains ``X_holdout``, ``y_holdout``).
+        X_test: (S, D) held-out inputs.
+        y_test: (S,) their targets.
+        kernel: the fit's kernel object or family of one's own, which no file holds (as
+            :func:`bayes_rbfn.predict`).
+        mean: the fit's callable prior mean, likewise.
     """
     import xarray as xr
 
     from bayes_rbfn.infer.scores import score
 
+    X_test = np.asarray(check_X(X_test, "X_test"))
+    y_test = np.asarray(check_y(y_test, X_test.shape[0], "y_test"))
     result = score(idata, X_test, y_test, kernel=kernel, mean=mean)
     result["holdout_after"] = float(np.max(idata.constant_data["X"].values[:, 0]))
     idata.constant_data["X_holdout"] = xr.DataArray(X_test, dims=("holdout", "input_dim"))
@@ -951,53 +1066,41 @@ def _set_coords(idata: Any, coords: Mapping[str, Any] | None) -> None:
         arviz_compat.assign_coords(idata, dim, values)
 
 
-def _to_inference_data(
-    spec, config, data, layout, samples, stats, X, y, Z, X_pred, log_likelihood: bool = True
+def to_inference_data(
+    problem: GenerativeModel,
+    samples: Mapping[str, Any],
+    stats: Mapping[str, Any],
+    *,
+    log_likelihood: bool = True,
+    inducing: str | None = None,
 ) -> Any:
+    """The fit as ArviZ groups (docs/output.md): the step after :func:`sample_posterior`.
+
+    Args:
+        problem: the model and its data (:func:`build_model`).
+        samples: {site: (chains, draws, …)} (:func:`sample_posterior`).
+        stats: NUTS's per-draw statistics (:func:`sample_posterior`).
+        log_likelihood: also store the LOO conditionals (N values per draw).
+        inducing: how the inducing inputs were chosen (``"given"``, ``"kmeans"``, …), stored as the
+            attribute ``bayes_rbfn_inducing`` of a model with inducing inputs.
+
+    Returns:
+        posterior, sample_stats, log_likelihood, observed_data, constant_data, predictions (f_mean,
+        f_var at X_pred) and predictions_constant_data, in the units of the data.
+    """
+    spec, config, data, layout = problem.spec, problem.config, problem.data, problem.layout
+    X, y = _rows(problem)
     samples = {k: np.asarray(v) for k, v in samples.items()}
     params = posterior_params(samples, config.fixed)
-    work = draw_work(data)
-
     loglik = None
     if log_likelihood:
-        loglik = layout.to_observations(pointwise_loo(spec, config, params, work, data), batch_ndim=2)
+        loglik = layout.to_observations(
+            pointwise_loo(spec, config, params, draw_work(data), data), batch_ndim=2
+        )
     extra_pred = tuple(jnp.asarray(a) for a in layout.predictive_args)
-
-    f_mean, f_var = model_moments(spec, config, data, params, X_pred, extra=extra_pred)
-
-    D = X.shape[1]
-    dims: dict[str, list[str]] = {"y": ["obs"], "X": ["obs", "input_dim"], "X_pred": ["point", "input_dim"]}
-    dims.update({"f_mean": ["point"], "f_var": ["point"]})
-    sizes = {"input_dim": D}
-    if Z is not None:
-        sizes["inducing"] = np.shape(Z)[-2]
-    sizes.update(layout.sizes)
-    posterior, post_dims = {}, {}
-    for name, value in samples.items():
-        if name in spec.unstored_sites:
-            continue
-        posterior[name] = value
-        extra_dims = value.shape[2:]
-        if not extra_dims:
-            continue
-        site_dims = spec.site_dims(name, extra_dims, sizes)
-        if site_dims is not None:
-            post_dims[name] = site_dims
-    dims.update(post_dims)
-
-    constant = {"X": np.asarray(X)}
-    predictions_constant = {"X_pred": np.asarray(X_pred)}
-    if Z is not None:
-        constant["Z"] = np.asarray(Z)
-        dims["Z"] = ["inducing", "input_dim"]
-    constant["y_offset"] = np.asarray(data["y_offset"])
-    if "x_centre" in data:
-        constant["x_centre"] = np.asarray(data["x_centre"])
-        dims["x_centre"] = ["input_dim"]
-    constant.update({k: np.asarray(v) for k, v in layout.constant_data.items()})
-    predictions_constant.update({k: np.asarray(v) for k, v in layout.predictions_constant_data.items()})
-    dims.update(layout.dims)
-
+    f_mean, f_var = model_moments(spec, config, data, params, problem.X_pred, extra=extra_pred)
+    posterior, dims = _posterior_with_dims(spec, layout, samples, problem.Z, X.shape[1])
+    constant, predictions_constant = _constant_groups(problem, X, dims)
     idata = arviz_compat.from_groups(
         {
             "posterior": posterior,
@@ -1010,8 +1113,55 @@ def _to_inference_data(
         },
         dims=dims,
     )
-    mean_attr = config.mean if isinstance(config.mean, str) else "callable"
-    attrs = {
+    idata.posterior.attrs.update(_fit_attributes(spec, config))
+    if spec.uses_inducing and inducing is not None:
+        idata.posterior.attrs["bayes_rbfn_inducing"] = inducing
+    return idata
+
+
+def _posterior_with_dims(
+    spec: ModelSpec, layout: Layout, samples: Mapping[str, np.ndarray], Z: Any, D: int
+) -> tuple[dict, dict[str, list[str]]]:
+    """The stored posterior sites, and the dimension names of every variable of the fit's groups."""
+    dims: dict[str, list[str]] = {"y": ["obs"], "X": ["obs", "input_dim"], "X_pred": ["point", "input_dim"]}
+    dims.update({"f_mean": ["point"], "f_var": ["point"]})
+    sizes = {"input_dim": D}
+    if Z is not None:
+        sizes["inducing"] = np.shape(Z)[-2]
+    sizes.update(layout.sizes)
+    posterior = {}
+    for name, value in samples.items():
+        if name in spec.unstored_sites:
+            continue
+        posterior[name] = value
+        if value.shape[2:]:
+            site_dims = spec.site_dims(name, value.shape[2:], sizes)
+            if site_dims is not None:
+                dims[name] = site_dims
+    dims.update(layout.dims)
+    return posterior, dims
+
+
+def _constant_groups(problem: GenerativeModel, X: Any, dims: dict[str, list[str]]) -> tuple[dict, dict]:
+    """``constant_data`` and ``predictions_constant_data`` of a fit; their dimension names go to ``dims``."""
+    data, layout, Z = problem.data, problem.layout, problem.Z
+    constant = {"X": np.asarray(X)}
+    predictions_constant = {"X_pred": np.asarray(problem.X_pred)}
+    if Z is not None:
+        constant["Z"] = np.asarray(Z)
+        dims["Z"] = ["inducing", "input_dim"]
+    constant["y_offset"] = np.asarray(data["y_offset"])
+    if "x_centre" in data:
+        constant["x_centre"] = np.asarray(data["x_centre"])
+        dims["x_centre"] = ["input_dim"]
+    constant.update({k: np.asarray(v) for k, v in layout.constant_data.items()})
+    predictions_constant.update({k: np.asarray(v) for k, v in layout.predictions_constant_data.items()})
+    return constant, predictions_constant
+
+
+def _fit_attributes(spec: ModelSpec, config: ModelConfig) -> dict[str, Any]:
+    """The posterior attributes from which :func:`bayes_rbfn.infer.schema.rebuild` rebuilds a fit."""
+    return {
         "bayes_rbfn_model": spec.name,
         "bayes_rbfn_kernel": config.family.name,
         "bayes_rbfn_kernel_kind": kernel_kind(config.family),
@@ -1019,8 +1169,6 @@ def _to_inference_data(
         "bayes_rbfn_hyperprior": int(config.hyperprior),
         "bayes_rbfn_jitter": "" if config.jitter is None else float(config.jitter),
         "bayes_rbfn_likelihood": config.likelihood.name,
-        "bayes_rbfn_mean": mean_attr,
+        "bayes_rbfn_mean": config.mean if isinstance(config.mean, str) else "callable",
         "bayes_rbfn_precision": config.precision,
     }
-    idata.posterior.attrs.update(attrs)
-    return idata

@@ -214,6 +214,39 @@ def test_fit_stores_prior_draws_on_request():
     assert not {"prior", "prior_predictive"} & set(arviz_compat.groups(br.fit("sor", X, Y, **settings)))
 
 
+def test_the_steps_of_fit_called_one_by_one_give_fit_draw_for_draw():
+    """fit is its public steps: build_model → sample_posterior → to_inference_data → add_prior_draws,
+    add_posterior_predictive, score_holdout → check_fit. Called by hand with the same settings they give
+    the same groups, value for value, in the same process."""
+    from bayes_rbfn.infer.sampler import SamplerSettings
+
+    settings = SamplerSettings(chains=1, draws=30, warmup=30, progress=False, seed=stochastic.seed(5))
+    X40 = np.linspace(0.0, 1.0, 40)
+    y40 = np.sin(6 * X40)
+    options = dict(Z=X40[::5, None], X_pred=np.linspace(0.0, 1.2, 7))
+    X_train, y_train, X_test, y_test = fitting.holdout_split(X40, y40, holdout=0.25)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        whole = br.fit(
+            "sor", X40, y40, sampler=settings, holdout=0.25, prior_draws=5, posterior_predictive=10, **options
+        )
+        problem = fitting.build_model("sor", X_train, y_train, seed=settings.seed, **options)
+        samples, stats = fitting.sample_posterior(problem, settings)
+        idata = fitting.to_inference_data(problem, samples, stats, inducing="given")
+        fitting.add_prior_draws(idata, problem, num_draws=5, seed=settings.seed)
+        fitting.add_posterior_predictive(idata, problem, samples, seed=settings.seed, draws_per_chain=10)
+        fitting.score_holdout(idata, X_test, y_test)
+        fitting.check_fit(idata, problem, samples)
+    assert set(arviz_compat.groups(idata)) == set(arviz_compat.groups(whole))
+    for group in arviz_compat.groups(whole):
+        ours, theirs = (arviz_compat.group_dataset(d, group) for d in (idata, whole))
+        assert set(ours.data_vars) == set(theirs.data_vars), group
+        for name in theirs.data_vars:
+            np.testing.assert_array_equal(ours[name].values, theirs[name].values, err_msg=f"{group}/{name}")
+    assert backtest_scores(idata) == backtest_scores(whole)
+    assert idata.posterior.attrs == whole.posterior.attrs
+
+
 def test_grouped_fit_needs_groups():
     with pytest.raises(ValueError, match="group: the grouped model needs a group code"):
         br.fit("grouped", X, Y, progress=False)
