@@ -14,8 +14,9 @@ batch × M) for 100k test points.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import jax
@@ -589,33 +590,62 @@ def predict_model(
             process regression. JMLR 6, 1939–1959.
     """
     from bayes_rbfn.gp.validation import check_X
-    from bayes_rbfn.infer.replicates import flat_draws, observed_node, replay
-    from bayes_rbfn.models.layers import layer_records
+    from bayes_rbfn.infer.replicates import flat_draws
 
     flat, lead = flat_draws(samples)
     X_test = np.asarray(check_X(X_test, "X_test"))
-    S = X_test.shape[0]
-    extra = ()
-    if mean_test is not None:
-        extra = (np.asarray(mean_test, dtype=X_test.dtype).reshape(-1),)
-        if extra[0].shape != (S,):
-            raise ValueError(f"mean_test: expected shape ({S},), got {np.shape(mean_test)}")
-    key = jax.random.PRNGKey(0)  # every latent site is substituted (checked below): nothing is drawn
-
-    def run(values):
-        trace = replay(model, values, key, args, kwargs)
-        return trace, layer_records(trace)
-
+    extra = _mean_test_values(mean_test, X_test)
+    run = partial(_replay_with_layers, model, args, kwargs)
     # One eager run at the first draw settles what the site is; the compiled runs below are the same model.
-    trace, layers = run({name: value[0] for name, value in flat.items()})
+    is_layer = _check_site(*run({name: value[0] for name, value in flat.items()}), flat, site, noise_site)
+    moments, noise_of = _per_draw_functions(run, site, noise_site, is_layer)
+    params = {name: value[None] for name, value in flat.items()}  # per_draw_moments' (chains, draws) axes
+    f_mean, f_var = per_draw_moments(
+        moments, params, X_test, batch_size=batch_size, extra=extra, draw_batch=draw_batch
+    )
+    noise = None if is_layer and noise_site is None else _noise_draws(noise_of, flat, lead, draw_batch)
+    S = X_test.shape[0]
+    return PredictiveSummary.from_draws(f_mean.reshape(*lead, S), f_var.reshape(*lead, S), noise)
+
+
+def _mean_test_values(mean_test: Any, X_test: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``(mean_test,)`` as an (S,) array for :func:`per_draw_moments`' ``extra``, or ``()`` without one."""
+    if mean_test is None:
+        return ()
+    values = np.asarray(mean_test, dtype=X_test.dtype).reshape(-1)
+    if values.shape != (X_test.shape[0],):
+        raise ValueError(f"mean_test: expected shape ({X_test.shape[0]},), got {np.shape(mean_test)}")
+    return (values,)
+
+
+def _replay_with_layers(
+    model: Any, args: tuple, kwargs: dict, values: Mapping[str, Any]
+) -> tuple[dict, dict]:
+    """The model's trace at one draw (every latent site substituted) and its rbfn layers' records."""
+    from bayes_rbfn.infer.replicates import replay
+    from bayes_rbfn.models.layers import layer_records
+
+    trace = replay(model, values, jax.random.PRNGKey(0), args, kwargs)  # nothing is drawn: all substituted
+    return trace, layer_records(trace)
+
+
+def _check_site(
+    trace: Mapping[str, Any], layers: Mapping[str, Any], flat: Mapping[str, Any], site: str, noise_site: Any
+) -> bool:
+    """Refuse draws that miss a latent site, and a ``site``/``noise_site`` :func:`predict_model` cannot use.
+
+    Returns:
+        Whether ``site`` is an rbfn layer (else it is an observed GP marginal).
+    """
+    from bayes_rbfn.infer.replicates import observed_node
+
     missing = [n for n, node in trace.items() if _is_latent(node) and n not in flat]
     if missing:
         raise ValueError(
             f"samples: no draws of the model's site(s) {', '.join(map(repr, missing))}; pass the posterior "
             "samples of every latent site (mcmc.get_samples())"
         )
-    is_layer = site in layers
-    if is_layer:
+    if site in layers:
         if noise_site is not None:
             if noise_site not in trace:
                 raise ValueError(f"noise_site: the model has no site {noise_site!r}")
@@ -624,16 +654,23 @@ def predict_model(
                     f"noise_site: {noise_site!r} must hold one σ per draw, got shape "
                     f"{np.shape(trace[noise_site]['value'])}"
                 )
-    else:
-        node = observed_node(trace, site)
-        if not hasattr(node["fn"], "condition"):
-            layer_names = f" (its rbfn layers: {', '.join(map(repr, layers))})" if layers else ""
-            raise ValueError(
-                f"site: {site!r} is a {type(node['fn']).__name__}, not a SparseGP or ExactGP; name the "
-                f"observed GP marginal, or the rbfn layer the latent comes from{layer_names}"
-            )
-        if noise_site is not None:
-            raise ValueError(f"noise_site: {site!r} is a GP marginal, whose noise σ is its own")
+        return True
+    node = observed_node(trace, site)
+    if not hasattr(node["fn"], "condition"):
+        layer_names = f" (its rbfn layers: {', '.join(map(repr, layers))})" if layers else ""
+        raise ValueError(
+            f"site: {site!r} is a {type(node['fn']).__name__}, not a SparseGP or ExactGP; name the "
+            f"observed GP marginal, or the rbfn layer the latent comes from{layer_names}"
+        )
+    if noise_site is not None:
+        raise ValueError(f"noise_site: {site!r} is a GP marginal, whose noise σ is its own")
+    return False
+
+
+def _per_draw_functions(
+    run: Callable, site: str, noise_site: str | None, is_layer: bool
+) -> tuple[Callable, Callable]:
+    """(moments, noise_of) of one draw: f*'s mean and variance at test inputs, and the noise σ."""
 
     def moments(values, Xb, *mean_b):
         trace, layers = run(values)
@@ -649,21 +686,21 @@ def predict_model(
         trace, _ = run(values)
         return trace[site]["fn"].noise if not is_layer else jnp.asarray(trace[noise_site]["value"])
 
-    params = {name: value[None] for name, value in flat.items()}  # per_draw_moments' (chains, draws) axes
-    f_mean, f_var = per_draw_moments(
-        moments, params, X_test, batch_size=batch_size, extra=extra, draw_batch=draw_batch
-    )
-    noise = None
-    if not is_layer or noise_site is not None:
-        batched = jax.jit(jax.vmap(noise_of))
-        total = int(np.prod(lead))
-        noise = np.concatenate(
-            [
-                np.asarray(batched({n: v[s : s + draw_batch] for n, v in flat.items()}))
-                for s in range(0, total, draw_batch)
-            ]
-        ).reshape(lead)
-    return PredictiveSummary.from_draws(f_mean.reshape(*lead, S), f_var.reshape(*lead, S), noise)
+    return moments, noise_of
+
+
+def _noise_draws(
+    noise_of: Callable, flat: Mapping[str, np.ndarray], lead: tuple, draw_batch: int
+) -> np.ndarray:
+    """σ at every draw, ``draw_batch`` draws per compiled call, in the shape ``lead`` of the draws."""
+    batched = jax.jit(jax.vmap(noise_of))
+    total = int(np.prod(lead))
+    return np.concatenate(
+        [
+            np.asarray(batched({n: v[s : s + draw_batch] for n, v in flat.items()}))
+            for s in range(0, total, draw_batch)
+        ]
+    ).reshape(lead)
 
 
 def _is_latent(node: Mapping[str, Any]) -> bool:
