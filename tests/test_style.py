@@ -32,7 +32,6 @@ LONG_FUNCTIONS = {
     "bayes_rbfn/workflows/compare.py::compare_models": (122, "not split yet"),
     "bayes_rbfn/infer/sampler.py::laplace_start": (119, "not split yet; traced code, split with care"),
     "bayes_rbfn/gp/block_loo.py::sor_loo": (111, "not split yet; jitted, split with care"),
-    "bayes_rbfn/gp/woodbury_sums.py::_streamed": (168, "not split yet; jitted scan body, split with care"),
 }
 
 

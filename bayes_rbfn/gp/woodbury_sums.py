@@ -126,6 +126,108 @@ def _batched_like(a: jax.Array, ref: jax.Array) -> jax.Array:
     return jnp.where(True, a, jnp.sum(ref).astype(a.dtype))
 
 
+def _local_sums(fast, precision, shared, X, y, w, n_blocks, per_block, C_eff):
+    """One device's block sums of :func:`_streamed`'s forward sweep: (AAᵀ, A D^-½ y) per block."""
+    # The dtype of each chunk's work: float32 under "mixed" (float64 inputs), else the inputs' own.
+    low = functools.partial(streaming.in_low_precision, precision=precision)
+    kernel, Z, W = shared
+    M = Z.shape[0]
+    acc = W.dtype
+    centre = streaming.input_centre(kernel, Z, precision)
+    kernel_c, Z_c, W_c = low((kernel, streaming.shifted(Z, centre), W))
+
+    def body(carry, x, yc, *wc):
+        S, r = carry
+        x, yc, wc = low((streaming.shifted(x, centre), yc, wc))
+        K = kernel_c.inducing_cross(Z_c, x)
+        A = K if fast else W_c @ K
+        Aw = A * wc[0] if wc else A
+        return (S + (Aw @ A.T).astype(acc), r + (Aw @ yc).astype(acc)), None
+
+    zeros = (jnp.zeros((M, M), W.dtype), jnp.zeros((M,), W.dtype))
+    rest = [] if w is None else [w]
+    return streaming.scan_blocks(body, zeros, n_blocks, per_block, C_eff, X, y, *rest)[0], None
+
+
+def _local_residuals(shared, X, y, w, n_blocks, per_block, C_eff):
+    """One device's block sums of the residual sweep: (Σ ω r², K_uf ω r) per block."""
+    kernel, Z, m = shared
+    # In the inputs' dtype whatever the precision: under "mixed", float32 here measured 1e-9–6e-8
+    # relative error in the log density against 5e-11–1e-9 (see the module docstring), to save one
+    # kernel block and two matrix-vector products per chunk.
+
+    def body(carry, x, yc, *wc):
+        rss, u = carry
+        K = kernel.inducing_cross(Z, x)
+        r = yc - m @ K  # each residual is a difference taken before it is squared
+        rw = r * wc[0] if wc else r
+        return (rss + rw @ r, u + K @ rw), None
+
+    zeros = (jnp.zeros((), m.dtype), jnp.zeros_like(m))
+    rest = [] if w is None else [w]
+    return streaming.scan_blocks(body, zeros, n_blocks, per_block, C_eff, X, y, *rest)[0], None
+
+
+def _local_grads(fast, precision, residuals, want_w, shared, X, y, w, n_blocks, per_block, C_eff):
+    """One device's share of the reverse sweep: the kernel's and Z's cotangents, and X's, y's, w's."""
+    low = functools.partial(streaming.in_low_precision, precision=precision)
+    kernel, Z, W, left, h, m, s = shared
+    # As varying (per-device) values, the pullback gives each device's own share of their cotangents,
+    # reduced once at the end, instead of a psum per chunk inserted by autodiff.
+    kernel, Z = streaming.varying_like((kernel, Z), X)
+    # "mixed": the pullback and the products in float32; the cotangent sums stay float64, the per-point
+    # cotangents come back in the dtype of X, y and w.
+    # (A constant shift of every input leaves the kernel's cotangents as they are.)
+    centre = streaming.input_centre(kernel, Z, precision)
+    kernel_c, Z_c, W, left, h, m, s = low((kernel, streaming.shifted(Z, centre), W, left, h, m, s))
+    X_dtype, y_dtype = X.dtype, y.dtype
+
+    def body(carry, x, yc, *wc):
+        dk, dz = carry
+        x, yc, wc = low((streaming.shifted(x, centre), yc, wc))
+        K, pullback = jax.vjp(lambda k, z, xx: k.inducing_cross(z, xx), kernel_c, Z_c, x)
+        # ∂f/∂K_c = ω (U + h yᵀ), U = Wᵀ G_s W K_c: whitened as Wᵀ ((G_s W) K_c), two products.
+        U = left @ K if fast else W.T @ (left @ K)
+        T = U + jnp.outer(h, yc)
+        hK = h @ K
+        if residuals:
+            # the residual sum Σ ω r², r = y − K_cᵀ m: ∂/∂K_c = −2ω m rᵀ, ∂/∂y = 2ω r, ∂/∂ω = r².
+            r = yc - m @ K
+            T = T - jnp.outer(2.0 * s * m, r)
+            hK = hK + 2.0 * s * r
+        dk_c, dz_c, dx = pullback(T * wc[0] if wc else T)
+        out = {"X": dx.astype(X_dtype), "y": (hK * wc[0] if wc else hK).astype(y_dtype)}
+        if want_w:
+            out["w"] = jnp.sum(K * (0.5 * U + jnp.outer(h, yc)), axis=0)
+            if residuals:
+                out["w"] = out["w"] + s * r * r
+            out["w"] = out["w"].astype(w.dtype)
+        dk = jax.tree_util.tree_map(lambda a, b: a + b.astype(a.dtype), dk, dk_c)
+        return (dk, dz + dz_c.astype(dz.dtype)), out
+
+    carry0 = (jax.tree_util.tree_map(jnp.zeros_like, kernel), jnp.zeros_like(Z))
+    rest = [] if w is None else [w]
+    return streaming.scan_blocks(body, carry0, n_blocks, per_block, C_eff, X, y, *rest)
+
+
+@linalg.full_precision
+def _backward(fast, precision, residuals, mesh, C, kernel, Z, X, y, w, W, AAt, Ay, G, g, m, s):
+    """Cotangents of (kernel, Z, L_uu, X, y, w) from those of the sums (and of the residual sum)."""
+    # Every cotangent is formed; XLA drops those nobody uses (the data's, inside NUTS).
+    Gs = G + G.T
+    h = W.T @ g
+    # ∂f/∂W = (G_s AAᵀ + g (A D^-½ y)ᵀ) L_uuᵀ, as W K_uf D⁻¹ K_fu = AAᵀ L_uuᵀ: no pass over the data.
+    # With W = L_uu⁻¹, ∂f/∂L_uu = −Wᵀ (∂f/∂W) Wᵀ; L_uu is lower triangular.
+    dLuu = -jnp.tril(W.T @ (Gs @ AAt + jnp.outer(g, Ay)))
+    # fast: the products were taken before whitening, so their cotangent is Wᵀ G_s W K, rounded with
+    # cond(K_uu) like the forward sums; whitened: Wᵀ ((G_s W) K), accurate like the forward pass.
+    left = W.T @ Gs @ W if fast else Gs @ W
+    grads = functools.partial(_local_grads, fast, precision, residuals, w is not None)
+    shared = (kernel, Z, W, left, h, m, s)
+    (dk, dz), per_point = streaming.summed_over_data(grads, mesh, X.shape[0], C)(shared, X, y, w)
+    return dk, dz, dLuu, per_point["X"], per_point["y"], per_point.get("w")
+
+
 @functools.cache
 def _streamed(
     fast: bool, C: int, mesh: Mesh | None, residuals: bool = False, precision: str = "float64"
@@ -151,83 +253,8 @@ def _streamed(
     The function is jitted (and cached with its settings): called eagerly, a second call of the same
     shapes traces and compiles nothing; inside a caller's ``jit`` it is inlined as any nested program.
     """
-    # The dtype of each chunk's work: float32 under "mixed" (float64 inputs), else the inputs' own.
-    low = functools.partial(streaming.in_low_precision, precision=precision)
-
-    def local_sums(shared, X, y, w, n_blocks, per_block, C_eff):
-        kernel, Z, W = shared
-        M = Z.shape[0]
-        acc = W.dtype
-        centre = streaming.input_centre(kernel, Z, precision)
-        kernel_c, Z_c, W_c = low((kernel, streaming.shifted(Z, centre), W))
-
-        def body(carry, x, yc, *wc):
-            S, r = carry
-            x, yc, wc = low((streaming.shifted(x, centre), yc, wc))
-            K = kernel_c.inducing_cross(Z_c, x)
-            A = K if fast else W_c @ K
-            Aw = A * wc[0] if wc else A
-            return (S + (Aw @ A.T).astype(acc), r + (Aw @ yc).astype(acc)), None
-
-        zeros = (jnp.zeros((M, M), W.dtype), jnp.zeros((M,), W.dtype))
-        rest = [] if w is None else [w]
-        return streaming.scan_blocks(body, zeros, n_blocks, per_block, C_eff, X, y, *rest)[0], None
-
-    def local_residuals(shared, X, y, w, n_blocks, per_block, C_eff):
-        kernel, Z, m = shared
-        # In the inputs' dtype whatever the precision: under "mixed", float32 here measured 1e-9–6e-8
-        # relative error in the log density against 5e-11–1e-9 (see the module docstring), to save one
-        # kernel block and two matrix-vector products per chunk.
-
-        def body(carry, x, yc, *wc):
-            rss, u = carry
-            K = kernel.inducing_cross(Z, x)
-            r = yc - m @ K  # each residual is a difference taken before it is squared
-            rw = r * wc[0] if wc else r
-            return (rss + rw @ r, u + K @ rw), None
-
-        zeros = (jnp.zeros((), m.dtype), jnp.zeros_like(m))
-        rest = [] if w is None else [w]
-        return streaming.scan_blocks(body, zeros, n_blocks, per_block, C_eff, X, y, *rest)[0], None
-
-    def local_grads(want_w, shared, X, y, w, n_blocks, per_block, C_eff):
-        kernel, Z, W, left, h, m, s = shared
-        # As varying (per-device) values, the pullback gives each device's own share of their cotangents,
-        # reduced once at the end, instead of a psum per chunk inserted by autodiff.
-        kernel, Z = streaming.varying_like((kernel, Z), X)
-        # "mixed": the pullback and the products in float32; the cotangent sums stay float64, the per-point
-        # cotangents come back in the dtype of X, y and w.
-        # (A constant shift of every input leaves the kernel's cotangents as they are.)
-        centre = streaming.input_centre(kernel, Z, precision)
-        kernel_c, Z_c, W, left, h, m, s = low((kernel, streaming.shifted(Z, centre), W, left, h, m, s))
-        X_dtype, y_dtype = X.dtype, y.dtype
-
-        def body(carry, x, yc, *wc):
-            dk, dz = carry
-            x, yc, wc = low((streaming.shifted(x, centre), yc, wc))
-            K, pullback = jax.vjp(lambda k, z, xx: k.inducing_cross(z, xx), kernel_c, Z_c, x)
-            # ∂f/∂K_c = ω (U + h yᵀ), U = Wᵀ G_s W K_c: whitened as Wᵀ ((G_s W) K_c), two products.
-            U = left @ K if fast else W.T @ (left @ K)
-            T = U + jnp.outer(h, yc)
-            hK = h @ K
-            if residuals:
-                # the residual sum Σ ω r², r = y − K_cᵀ m: ∂/∂K_c = −2ω m rᵀ, ∂/∂y = 2ω r, ∂/∂ω = r².
-                r = yc - m @ K
-                T = T - jnp.outer(2.0 * s * m, r)
-                hK = hK + 2.0 * s * r
-            dk_c, dz_c, dx = pullback(T * wc[0] if wc else T)
-            out = {"X": dx.astype(X_dtype), "y": (hK * wc[0] if wc else hK).astype(y_dtype)}
-            if want_w:
-                out["w"] = jnp.sum(K * (0.5 * U + jnp.outer(h, yc)), axis=0)
-                if residuals:
-                    out["w"] = out["w"] + s * r * r
-                out["w"] = out["w"].astype(w.dtype)
-            dk = jax.tree_util.tree_map(lambda a, b: a + b.astype(a.dtype), dk, dk_c)
-            return (dk, dz + dz_c.astype(dz.dtype)), out
-
-        carry0 = (jax.tree_util.tree_map(jnp.zeros_like, kernel), jnp.zeros_like(Z))
-        rest = [] if w is None else [w]
-        return streaming.scan_blocks(body, carry0, n_blocks, per_block, C_eff, X, y, *rest)
+    local_sums = functools.partial(_local_sums, fast, precision)
+    backward = functools.partial(_backward, fast, precision, residuals, mesh, C)
 
     @linalg.full_precision
     def sums(kernel, Z, Luu, X, y, w):
@@ -236,23 +263,6 @@ def _streamed(
         if fast:
             S, r = W @ S @ W.T, W @ r
         return _batched_like(0.5 * (S + S.T), y), r, W
-
-    @linalg.full_precision
-    def backward(kernel, Z, X, y, w, W, AAt, Ay, G, g, m, s):
-        """Cotangents of (kernel, Z, L_uu, X, y, w) from those of the sums (and of the residual sum)."""
-        # Every cotangent is formed; XLA drops those nobody uses (the data's, inside NUTS).
-        Gs = G + G.T
-        h = W.T @ g
-        # ∂f/∂W = (G_s AAᵀ + g (A D^-½ y)ᵀ) L_uuᵀ, as W K_uf D⁻¹ K_fu = AAᵀ L_uuᵀ: no pass over the data.
-        # With W = L_uu⁻¹, ∂f/∂L_uu = −Wᵀ (∂f/∂W) Wᵀ; L_uu is lower triangular.
-        dLuu = -jnp.tril(W.T @ (Gs @ AAt + jnp.outer(g, Ay)))
-        # fast: the products were taken before whitening, so their cotangent is Wᵀ G_s W K, rounded with
-        # cond(K_uu) like the forward sums; whitened: Wᵀ ((G_s W) K), accurate like the forward pass.
-        left = W.T @ Gs @ W if fast else Gs @ W
-        grads = functools.partial(local_grads, w is not None)
-        shared = (kernel, Z, W, left, h, m, s)
-        (dk, dz), per_point = streaming.summed_over_data(grads, mesh, X.shape[0], C)(shared, X, y, w)
-        return dk, dz, dLuu, per_point["X"], per_point["y"], per_point.get("w")
 
     if not residuals:
 
@@ -275,7 +285,7 @@ def _streamed(
     def forward(kernel, Z, Luu, X, y, w, d0):
         AAt, Ay, W = sums(kernel, Z, Luu, X, y, w)
         m = _weight_mean(AAt / d0, Ay / d0, Luu)
-        rss, u = streaming.summed_over_data(local_residuals, mesh, X.shape[0], C)((kernel, Z, m), X, y, w)[0]
+        rss, u = streaming.summed_over_data(_local_residuals, mesh, X.shape[0], C)((kernel, Z, m), X, y, w)[0]
         return (AAt, Ay, rss), (kernel, Z, Luu, X, y, w, d0, W, AAt, Ay, m, u)
 
     @jax.custom_vjp
