@@ -244,6 +244,109 @@ def _search_end(
     return _SearchEnd(u, float(result.fun), L)
 
 
+def _mode_starts(info: Any) -> list[np.ndarray]:
+    """The mode search's starts in the unconstrained space, as float64 vectors.
+
+    Args:
+        info: NumPyro's ``initialize_model`` result at the median start.
+
+    Returns:
+        The median start and, where the model has a :data:`SHORT_START_SITE` and the shorter values lie
+        in its prior's support, the same point with that site :data:`SHORT_START_FACTOR` times smaller.
+    """
+    from jax.flatten_util import ravel_pytree
+    from numpyro.distributions.transforms import biject_to
+
+    starts = [np.asarray(ravel_pytree(info.param_info.z)[0], dtype=np.float64)]
+    if SHORT_START_SITE in info.param_info.z:  # the second start: every lengthscale shorter
+        to_support = biject_to(info.model_trace[SHORT_START_SITE]["fn"].support)
+        shorter = dict(info.param_info.z)
+        shorter[SHORT_START_SITE] = to_support.inv(to_support(shorter[SHORT_START_SITE]) / SHORT_START_FACTOR)
+        short_start = np.asarray(ravel_pytree(shorter)[0], dtype=np.float64)
+        if np.all(np.isfinite(short_start)):  # else outside the prior's support (a bounded prior, say)
+            starts.append(short_start)
+    return starts
+
+
+def _potential_value_and_gradient(info: Any, unravel: Callable) -> Callable:
+    """The compiled value and gradient of the potential on the flat unconstrained vector.
+
+    Args:
+        info: NumPyro's ``initialize_model`` result (``dynamic_args=True``).
+        unravel: maps the flat vector u back to the pytree of unconstrained sites.
+
+    Returns:
+        ``value_and_gradient(u, args)``: the potential given the model's arguments ``args`` and its
+        gradient in u (:func:`~bayes_rbfn.infer.programs.by_program`: kept, so a refit compiles nothing).
+    """
+
+    def potential(u, args):
+        return info.potential_fn(*args)(unravel(u))
+
+    return by_program(jax.value_and_grad(potential))
+
+
+def _lowest_end(
+    value_and_gradient: Callable, args: tuple, starts: list[np.ndarray], maxiter: int, dtype: Any
+) -> tuple[_SearchEnd | None, list[str]]:
+    """Every optimiser of :data:`MODE_SEARCHES` from each of ``starts`` on the potential given ``args``.
+
+    Args:
+        value_and_gradient: the compiled potential and gradient, ``(u, args) -> (value, gradient)``.
+        args: the model's arguments the potential is evaluated with.
+        starts: the float64 start vectors, searched in order.
+        maxiter: iterations of each optimiser at most.
+        dtype: dtype of the unconstrained vector the compiled program takes.
+
+    Returns:
+        The lowest end that is a candidate mode (None if none is), and why the others were not.
+    """
+
+    def gradient(u, args):
+        return value_and_gradient(u, args)[1]
+
+    def objective(u: np.ndarray) -> tuple[float, np.ndarray]:
+        value, grad = value_and_gradient(jnp.asarray(u, dtype=dtype), args)
+        return float(value), np.asarray(grad, dtype=np.float64)
+
+    best, failures = None, []
+    for start in starts:
+        start_value = objective(start)[0]
+        for method in MODE_SEARCHES:
+            to_beat = np.inf if best is None else best.value
+            end = _search_end(objective, gradient, args, start, start_value, method, maxiter, dtype, to_beat)
+            if isinstance(end, str):
+                failures.append(f"{method}: {end}")
+            elif end is not None:
+                best = end
+    return best, failures
+
+
+def _staged_search(
+    search: Callable, model_args: tuple, search_args: tuple | None, starts: list[np.ndarray]
+) -> tuple[_SearchEnd | None, list[str]]:
+    """The mode search on ``model_args``, first on ``search_args`` (a subset of the data) where given.
+
+    Args:
+        search: ``(args, starts) -> (lowest end or None, failures)``, as :func:`_lowest_end`.
+        model_args: the model's arguments on all the data.
+        search_args: the model's arguments for the first stage, or None for one stage.
+        starts: the starts of the search (:func:`_mode_starts`).
+
+    Returns:
+        The lowest end on ``model_args`` that is a candidate mode (None if none is), and why the
+        searches on ``model_args`` that ended elsewhere were not.
+    """
+    first_stage = search(search_args, starts)[0] if search_args is not None else None
+    if first_stage is None:
+        return search(model_args, starts)
+    best, failures = search(model_args, [np.asarray(first_stage.u, dtype=np.float64)])
+    if best is None:  # the subset's mode led nowhere on all the data: both starts there
+        best, more = search(model_args, starts)
+        failures += more
+    return best, failures
+
+
 def laplace_start(
     model: Any,
     model_args: tuple,
@@ -296,7 +399,6 @@ def laplace_start(
             start).
     """
     from jax.flatten_util import ravel_pytree
-    from numpyro.distributions.transforms import biject_to
     from numpyro.infer.util import initialize_model
 
     from bayes_rbfn.gp import linalg
@@ -309,55 +411,12 @@ def laplace_start(
         dynamic_args=True,
     )
     u0, unravel = ravel_pytree(info.param_info.z)
+    value_and_gradient = _potential_value_and_gradient(info, unravel)
 
-    def potential(u, args):
-        return info.potential_fn(*args)(unravel(u))
+    def search(args: tuple, starts: list[np.ndarray]) -> tuple[_SearchEnd | None, list[str]]:
+        return _lowest_end(value_and_gradient, args, starts, maxiter, u0.dtype)
 
-    value_and_gradient = by_program(jax.value_and_grad(potential))
-
-    def gradient(u, args):
-        return value_and_gradient(u, args)[1]
-
-    def lowest_end(args: tuple, starts: list[np.ndarray]) -> tuple[_SearchEnd | None, list[str]]:
-        """Every optimiser of :data:`MODE_SEARCHES` from each of ``starts`` on the potential given ``args``.
-
-        Returns the lowest end that is a candidate mode, and why the others were not.
-        """
-
-        def objective(u: np.ndarray) -> tuple[float, np.ndarray]:
-            value, grad = value_and_gradient(jnp.asarray(u, dtype=u0.dtype), args)
-            return float(value), np.asarray(grad, dtype=np.float64)
-
-        best, failures = None, []
-        for start in starts:
-            start_value = objective(start)[0]
-            for method in MODE_SEARCHES:
-                to_beat = np.inf if best is None else best.value
-                end = _search_end(
-                    objective, gradient, args, start, start_value, method, maxiter, u0.dtype, to_beat
-                )
-                if isinstance(end, str):
-                    failures.append(f"{method}: {end}")
-                elif end is not None:
-                    best = end
-        return best, failures
-
-    starts = [np.asarray(u0, dtype=np.float64)]
-    if SHORT_START_SITE in info.param_info.z:  # the second start: every lengthscale shorter
-        to_support = biject_to(info.model_trace[SHORT_START_SITE]["fn"].support)
-        shorter = dict(info.param_info.z)
-        shorter[SHORT_START_SITE] = to_support.inv(to_support(shorter[SHORT_START_SITE]) / SHORT_START_FACTOR)
-        short_start = np.asarray(ravel_pytree(shorter)[0], dtype=np.float64)
-        if np.all(np.isfinite(short_start)):  # else outside the prior's support (a bounded prior, say)
-            starts.append(short_start)
-    first_stage = lowest_end(search_args, starts)[0] if search_args is not None else None
-    if first_stage is None:
-        best, failures = lowest_end(model_args, starts)
-    else:
-        best, failures = lowest_end(model_args, [np.asarray(first_stage.u, dtype=np.float64)])
-        if best is None:  # the subset's mode led nowhere on all the data: both starts there
-            best, more = lowest_end(model_args, starts)
-            failures += more
+    best, failures = _staged_search(search, model_args, search_args, _mode_starts(info))
     if best is None:
         raise FloatingPointError(f"the posterior mode search found no mode ({'; '.join(failures)})")
     u, eye = best.u, jnp.eye(best.u.shape[0], dtype=best.u.dtype)
