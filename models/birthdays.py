@@ -56,9 +56,9 @@ import pandas as pd
 
 from bayes_rbfn.gp.inducing import periodic_centres
 from bayes_rbfn.gp.kernels import Constant, Linear, Periodic, SquaredExponential, additive
-from bayes_rbfn.gp.priors import TruncatedInverseGamma
 from bayes_rbfn.models.distributions import SparseGP
 from bayes_rbfn.models.layers import rbfn
+from bayes_rbfn.models.priors import TruncatedInverseGamma
 
 __all__ = [
     "COLUMNS",

@@ -32,11 +32,11 @@ their values, and proposes default priors that adapt to the scale of the data, s
 code fits inputs in seconds or in years and outputs in ppm or in births per woman. Everything here is in
 the units of the data: nothing is rescaled, so stored draws can be used as they are.
 
-Default priors (replace any of them with ``priors=``): each kernel class gives its own
-(:meth:`~bayes_rbfn.gp.kernels.Kernel.default_priors`; the lengthscale and variance rules are those of
-:mod:`bayes_rbfn.gp.priors`), and the noise σ's is :func:`~bayes_rbfn.models.likelihoods.noise_prior`.
-Every kernel class that names its ``family`` is a family here, in the order of definition: a new kernel
-is one class in :mod:`bayes_rbfn.gp.kernels`.
+Default priors (replace any of them with ``priors=``): each family of :data:`CLASS_FAMILIES` names its
+kernel class and its priors (the stationary lengthscale and variance rules are those of
+:mod:`bayes_rbfn.models.priors`), and the noise σ's is :func:`~bayes_rbfn.models.likelihoods.noise_prior`.
+A kernel family is a kernel class in :mod:`bayes_rbfn.gp.kernels`, which carries no priors and no help
+text, and its entry in :data:`CLASS_FAMILIES`.
 
 The ``co2`` family is the classic trend-plus-seasonality kernel of Rasmussen & Williams (2006, §5.4.3),
 with the period fixed at one unit of the input (a year when X is in years), and a drift term for forecasting:
@@ -72,10 +72,11 @@ import numpy as np
 import numpyro.distributions as dist
 
 from bayes_rbfn.gp import kernels as K
-from bayes_rbfn.gp.priors import DataScales, data_scales, lengthscale_prior, variance_prior
 from bayes_rbfn.models.likelihoods import noise_prior
+from bayes_rbfn.models.priors import DataScales, data_scales, lengthscale_prior, variance_prior
 
 __all__ = [
+    "CLASS_FAMILIES",
     "CO2_DRIFT",
     "FAMILIES",
     "DataScales",
@@ -87,6 +88,7 @@ __all__ = [
     "get_family",
     "kernel_family",
     "lengthscale_prior",
+    "stationary_priors",
     "variance_prior",
 ]
 
@@ -122,33 +124,77 @@ class KernelFamily:
         return priors
 
 
-def _kernel_classes(base: type[K.Kernel] = K.Kernel) -> list[type[K.Kernel]]:
-    """Every subclass of ``base`` that names a ``family``, depth first in the order of definition."""
-    found = []
-    for cls in base.__subclasses__():
-        if cls.__dict__.get("family") is not None:
-            found.append(cls)
-        found.extend(_kernel_classes(cls))
-    return found
+def stationary_priors(scales: DataScales) -> dict[str, dist.Distribution]:
+    """``lengthscale`` (ARD when D > 1) and ``variance`` on the data's scale (:mod:`.priors`)."""
+    return {"lengthscale": lengthscale_prior(scales), "variance": variance_prior(scales)}
 
 
-def class_family(cls: type[K.Kernel]) -> KernelFamily:
-    """The family of a kernel class that names one: its ``params`` sampled under its ``default_priors``.
+def _rational_quadratic_priors(scales: DataScales) -> dict[str, dist.Distribution]:
+    """The stationary priors, and ``mixture_shape`` ~ LogNormal(0, 1)."""
+    return {**stationary_priors(scales), "mixture_shape": dist.LogNormal(0.0, 1.0)}
+
+
+def _periodic_priors(scales: DataScales) -> dict[str, dist.Distribution]:
+    """``lengthscale`` ~ LogNormal(0, 1), ``variance`` on the data's scale, ``period`` ~ LogNormal.
+
+    The lengthscale is relative to the period (the sine's argument has no units); the period's prior is
+    LogNormal(log(range / 4), 1).
+    """
+    return {
+        "lengthscale": dist.LogNormal(0.0, 1.0),
+        "variance": variance_prior(scales),
+        "period": dist.LogNormal(float(np.log(np.mean(scales.input_range) / 4)), 1.0),
+    }
+
+
+def class_family(
+    name: str,
+    cls: type[K.Kernel],
+    priors: Callable[[DataScales], dict[str, dist.Distribution]] = stationary_priors,
+    description: str = "",
+) -> KernelFamily:
+    """The family of one kernel class: its ``params`` sampled under ``priors``.
 
     Args:
-        cls: a :class:`~bayes_rbfn.gp.kernels.Kernel` subclass with ``family`` set, whose constructor
-            takes its ``params`` by name.
+        name: the family's name (``fit(kernel=name)``, ``--kernel name``).
+        cls: a :class:`~bayes_rbfn.gp.kernels.Kernel` subclass whose constructor takes its ``params`` by
+            name.
+        priors: :class:`DataScales` → {param: prior}, one per name of ``cls.params``.
+        description: one line for ``--help``.
 
     Returns:
-        The :class:`KernelFamily` named ``cls.family``.
+        The :class:`KernelFamily` named ``name``.
     """
     return KernelFamily(
-        name=cls.family,
+        name=name,
         params=cls.params,
-        build=lambda p: cls(**{name: p[name] for name in cls.params}),
-        priors=cls.default_priors,
-        description=cls.description,
+        build=lambda p: cls(**{param: p[param] for param in cls.params}),
+        priors=priors,
+        description=description,
     )
+
+
+#: The kernel classes that are families of the collection, in the order ``--help`` lists them.
+CLASS_FAMILIES: tuple[KernelFamily, ...] = (
+    class_family(
+        "se", K.SquaredExponential, description="squared exponential (RBF), ARD lengthscales when D > 1"
+    ),
+    class_family("exponential", K.Exponential, description="exponential (Matérn 1/2)"),
+    class_family("matern32", K.Matern32, description="Matérn 3/2, ARD lengthscales when D > 1"),
+    class_family("matern52", K.Matern52, description="Matérn 5/2, ARD lengthscales when D > 1"),
+    class_family(
+        "rq",
+        K.RationalQuadratic,
+        _rational_quadratic_priors,
+        "rational quadratic (a mixture of SE lengthscales) with a sampled mixture shape",
+    ),
+    class_family(
+        "imq",
+        K.InverseMultiquadric,
+        description="inverse multiquadric 1/√(1 + r²) (heavy-tailed correlations), ARD when D > 1",
+    ),
+    class_family("periodic", K.Periodic, _periodic_priors, "periodic (MacKay) with a sampled period"),
+)
 
 
 #: The drift term of the ``co2`` family: its kernel, the median of ℓ_drift (input units) and of s_drift as a
@@ -224,7 +270,7 @@ def co2_family(
 
 
 FAMILIES: dict[str, KernelFamily] = {
-    **{cls.family: class_family(cls) for cls in _kernel_classes()},
+    **{family.name: family for family in CLASS_FAMILIES},
     "co2": co2_family(),
 }
 

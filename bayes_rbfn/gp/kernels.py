@@ -46,9 +46,7 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.linalg
 import numpy as np
-import numpyro.distributions as dist
 
-from bayes_rbfn.gp.priors import DataScales, lengthscale_prior, variance_prior
 from bayes_rbfn.gp.validation import is_concrete
 
 __all__ = [
@@ -248,31 +246,14 @@ class Kernel:
     any hashable non-array settings in ``static`` (the pytree's aux data), and implement ``__call__`` and
     ``diag``. Instances are immutable.
 
-    A class that sets ``family`` (a name) and gives :meth:`default_priors` is a kernel family of the
-    collection: ``fit(kernel=name)`` and ``--kernel name`` sample its ``params`` under those priors
-    (:data:`bayes_rbfn.models.families.FAMILIES` lists every such class, in the order of definition).
+    A kernel carries no priors and no help text: the kernel families of the collection, which name a class
+    and the priors its ``params`` are sampled under, are :data:`bayes_rbfn.models.families.FAMILIES`.
     """
 
     params: ClassVar[tuple[str, ...]] = ()
     static: ClassVar[tuple[str, ...]] = ()
     positive: ClassVar[tuple[str, ...]] = ()
     nonnegative: ClassVar[tuple[str, ...]] = ()
-    #: The name of the kernel family this class is (``fit(kernel=...)``, ``--kernel``); None: not one.
-    family: ClassVar[str | None] = None
-    #: The family's one-line description, for ``--help``.
-    description: ClassVar[str] = ""
-
-    @classmethod
-    def default_priors(cls, scales: DataScales) -> dict[str, dist.Distribution]:
-        """The default prior of each hyperparameter in ``params``, on the data's scale.
-
-        Args:
-            scales: the training data's scales (:func:`~bayes_rbfn.gp.priors.data_scales`).
-
-        Returns:
-            {name: NumPyro distribution}, one per name of ``params``.
-        """
-        raise NotImplementedError(f"{cls.__name__} has no default priors")
 
     # NumPy scalars and arrays defer to Kernel.__rmul__ instead of broadcasting over the kernel.
     __array_ufunc__ = None
@@ -410,11 +391,6 @@ class Stationary(Kernel):
     def __init__(self, lengthscale: Any = 1.0, variance: Any = 1.0) -> None:
         self._set(lengthscale=lengthscale, variance=variance)
 
-    @classmethod
-    def default_priors(cls, scales: DataScales) -> dict[str, dist.Distribution]:
-        """``lengthscale`` (ARD when D > 1) and ``variance`` on the data's scale (:mod:`.priors`)."""
-        return {"lengthscale": lengthscale_prior(scales), "variance": variance_prior(scales)}
-
     def profile(self, r2: jax.Array) -> jax.Array:
         """g(r²), the kernel's correlation at scaled squared distance r²."""
         raise NotImplementedError
@@ -430,9 +406,6 @@ class Stationary(Kernel):
 class SquaredExponential(Stationary):
     """Squared exponential k = s² exp(−r²/2) (RBF kernel). See eq. (4.9) in [1] of the module."""
 
-    family = "se"
-    description = "squared exponential (RBF), ARD lengthscales when D > 1"
-
     def profile(self, r2: jax.Array) -> jax.Array:
         """g(r²) = exp(−r²/2).
 
@@ -444,9 +417,6 @@ class SquaredExponential(Stationary):
 
 class Exponential(Stationary):
     """Exponential (Matérn 1/2) k = s² exp(−r). Positive definite but not differentiable at r = 0."""
-
-    family = "exponential"
-    description = "exponential (Matérn 1/2)"
 
     def profile(self, r2: jax.Array) -> jax.Array:
         """g(r²) = exp(−r), with r = √r² taken through :func:`safe_sqrt`.
@@ -460,9 +430,6 @@ class Exponential(Stationary):
 class Matern32(Stationary):
     """Matérn 3/2 k = s² (1 + √3 r) exp(−√3 r). See eq. (4.17) in [1] of the module."""
 
-    family = "matern32"
-    description = "Matérn 3/2, ARD lengthscales when D > 1"
-
     def profile(self, r2: jax.Array) -> jax.Array:
         """g(r²) = (1 + √3 r) exp(−√3 r).
 
@@ -475,9 +442,6 @@ class Matern32(Stationary):
 
 class Matern52(Stationary):
     """Matérn 5/2 k = s² (1 + √5 r + 5r²/3) exp(−√5 r). See eq. (4.17) in [1] of the module."""
-
-    family = "matern52"
-    description = "Matérn 5/2, ARD lengthscales when D > 1"
 
     def profile(self, r2: jax.Array) -> jax.Array:
         """g(r²) = (1 + √5 r + 5r²/3) exp(−√5 r).
@@ -500,8 +464,6 @@ class RationalQuadratic(Stationary):
 
     params = ("lengthscale", "variance", "mixture_shape")
     positive = ("lengthscale", "variance", "mixture_shape")
-    family = "rq"
-    description = "rational quadratic (a mixture of SE lengthscales) with a sampled mixture shape"
 
     def __init__(self, lengthscale: Any = 1.0, variance: Any = 1.0, mixture_shape: Any = 1.0) -> None:
         """A rational quadratic kernel; concrete hyperparameters must be finite and > 0.
@@ -512,15 +474,6 @@ class RationalQuadratic(Stationary):
             mixture_shape: α, the shape, a scalar.
         """
         self._set(lengthscale=lengthscale, variance=variance, mixture_shape=mixture_shape)
-
-    @classmethod
-    def default_priors(cls, scales: DataScales) -> dict[str, dist.Distribution]:
-        """The stationary priors, and ``mixture_shape`` ~ LogNormal(0, 1).
-
-        Its median is at 1 and 95 % of its mass between ~0.14 (long-tailed: correlations decay like a power
-        of the distance) and ~7 (already close to the squared exponential, the limit α → ∞).
-        """
-        return {**super().default_priors(scales), "mixture_shape": dist.LogNormal(0.0, 1.0)}
 
     def profile(self, r2: jax.Array) -> jax.Array:
         """g(r²) = (1 + r²/(2α))^(−α), computed as exp(−α log1p(r²/(2α))).
@@ -539,9 +492,6 @@ class InverseMultiquadric(Stationary):
     α = 1/2 with its lengthscale halved. Its correlations decay like 1/r, far more slowly than the squared
     exponential's.
     """
-
-    family = "imq"
-    description = "inverse multiquadric 1/√(1 + r²) (heavy-tailed correlations), ARD when D > 1"
 
     def profile(self, r2: jax.Array) -> jax.Array:
         """g(r²) = (1 + r²)^(−1/2).
@@ -565,8 +515,6 @@ class Periodic(Kernel):
 
     params = ("lengthscale", "variance", "period")
     positive = ("lengthscale", "variance", "period")
-    family = "periodic"
-    description = "periodic (MacKay) with a sampled period"
 
     def __init__(self, lengthscale: Any = 1.0, variance: Any = 1.0, period: Any = 1.0) -> None:
         """A periodic kernel; concrete hyperparameters must be finite and > 0.
@@ -577,19 +525,6 @@ class Periodic(Kernel):
             period: p, a scalar or one value per input dimension.
         """
         self._set(lengthscale=lengthscale, variance=variance, period=period)
-
-    @classmethod
-    def default_priors(cls, scales: DataScales) -> dict[str, dist.Distribution]:
-        """``lengthscale`` ~ LogNormal(0, 1), ``variance`` on the data's scale, ``period`` ~ LogNormal.
-
-        The lengthscale is relative to the period (the sine's argument has no units); the period's prior is
-        LogNormal(log(range / 4), 1).
-        """
-        return {
-            "lengthscale": dist.LogNormal(0.0, 1.0),
-            "variance": variance_prior(scales),
-            "period": dist.LogNormal(float(np.log(np.mean(scales.input_range) / 4)), 1.0),
-        }
 
     def __call__(self, X1: Any, X2: Any | None = None) -> jax.Array:
         """The Gram matrix s² exp(−2 Σ_d sin²(π (x_d − x'_d) / p_d) / ℓ_d²), shape (N1, N2).

@@ -25,7 +25,6 @@ import numpyro.distributions as dist
 
 from bayes_rbfn.defaults import DEFAULT_NUM_INDUCING, INITS, MAP_SEARCH_POINTS
 from bayes_rbfn.defaults import default_num_inducing as num_inducing_for
-from bayes_rbfn.gp.priors import scales_from
 from bayes_rbfn.gp.streaming import check_precision, to_host
 from bayes_rbfn.gp.validation import (
     INPUT_RELATIVE_SPREAD,
@@ -59,6 +58,7 @@ from bayes_rbfn.models.distributions import deferred_loo
 from bayes_rbfn.models.families import KernelFamily, data_scales, get_family
 from bayes_rbfn.models.layout import Layout
 from bayes_rbfn.models.likelihoods import Likelihood, get_likelihood
+from bayes_rbfn.models.priors import scales_from
 from bayes_rbfn.runtime import available_memory, single_threaded_blas
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""The truncated inverse-gamma prior (``bayes_rbfn.gp.priors.TruncatedInverseGamma``) against SciPy's
+"""The truncated inverse-gamma prior (``bayes_rbfn.models.priors.TruncatedInverseGamma``) against SciPy's
 inverse gamma: its density renormalised over (0, high], its draws by a Kolmogorov–Smirnov test against the
 truncated CDF, and the support NUTS maps onto."""
 
@@ -13,7 +13,7 @@ from conftest import assert_close
 from numpyro.distributions.transforms import biject_to
 from stochastic import seed
 
-from bayes_rbfn.gp.priors import TruncatedInverseGamma
+from bayes_rbfn.models.priors import TruncatedInverseGamma
 
 CASES = [(10.0, 2.0, 1.0), (3.0, 0.5, 0.4), (2.0, 1.0, 20.0)]
 IDS = ["birthdays-week", "bound-in-the-bulk", "bound-far-in-the-tail"]

@@ -1,7 +1,7 @@
 """Weakly-informative default priors on the data's scale, as NumPyro distributions (nothing is sampled here).
 
-A kernel class gives its hyperparameters' default priors from the data's :class:`DataScales`
-(:meth:`bayes_rbfn.gp.kernels.Kernel.default_priors`), so that the same model fits inputs in seconds or
+A kernel family gives its hyperparameters' default priors from the data's :class:`DataScales`
+(:data:`bayes_rbfn.models.families.CLASS_FAMILIES`), so that the same model fits inputs in seconds or
 in years and outputs in ppm or in births per woman. All are log-normal, so NUTS works on the log scale:
 
 * ``lengthscale`` (one per input dimension, ARD, when D > 1): LogNormal(log(√D · range_d / 5), 1), where
