@@ -30,7 +30,6 @@ MAX_FUNCTION_LINES = 80
 LONG_FUNCTIONS = {
     "bayes_rbfn/workflows/sbc.py::run_sbc": (157, "not split yet: settings, simulation, ranks, record"),
     "bayes_rbfn/workflows/compare.py::compare_models": (122, "not split yet"),
-    "bayes_rbfn/gp/block_loo.py::sor_loo": (111, "not split yet; jitted, split with care"),
 }
 
 

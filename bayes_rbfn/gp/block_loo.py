@@ -236,6 +236,11 @@ def _leave_block_out_loo(
     blocks (across devices: one all-gather of (M+1)² numbers per block), over the chunks of a block and
     over the leaves of a chunk then give, for every leaf, R_out by O(M³) rotations, with no N×M array.
     Chunks without a flagged point are skipped (zeros there).
+
+    Cost: one tall-skinny QR per chunk, in chunks holding a flagged point two (M+1+b)×(M+1) QRs per leaf of
+    b ≈ M points (its prefix and suffix), and in leaves holding one a pivoted (3M+2)×M QR and an (M+b)×b
+    one: several times the Woodbury pass's cost with one point flagged and tens of times with every chunk
+    flagged, more with OpenBLAS's default threads than with one (the QRs are small).
     """
     N = X.shape[0]
     n_dev, n_blocks = streaming.block_count(mesh, N, C)
@@ -304,6 +309,123 @@ def _woodbury_loo_pass(mesh: Mesh | None, C: int, statistic: str = "log_density"
     return jax.jit(run)
 
 
+def _check_loo_options(exact: bool | str | None, statistic: str) -> None:
+    """Checks :func:`sor_loo`'s ``exact`` and ``statistic`` against the values it knows.
+
+    Args:
+        exact: :func:`sor_loo`'s ``exact``: ``None``, ``True``, ``False`` or ``"defer"``.
+        statistic: :func:`sor_loo`'s ``statistic``: one of :data:`bayes_rbfn.gp.linalg.LOO_STATISTICS`.
+
+    Raises:
+        ValueError: for any other ``exact`` or ``statistic``.
+    """
+    if exact not in (None, True, False, "defer"):
+        raise ValueError(f"exact: expected None, True, False or 'defer', got {exact!r}")
+    if statistic not in linalg.LOO_STATISTICS:
+        raise ValueError(f"statistic: expected one of {linalg.LOO_STATISTICS}, got {statistic!r}")
+
+
+def _woodbury_loo_and_flag(
+    factor: linalg.Woodbury,
+    kernel: Kernel,
+    Z: jax.Array,
+    X: jax.Array,
+    y: jax.Array,
+    d: Any,
+    mask: jax.Array | None,
+    C: int,
+    mesh: Mesh | None,
+    statistic: str,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """:func:`sor_loo`'s Woodbury pass, and the points whose value it leaves to the leave-block-out pass.
+
+    Args:
+        factor: the :class:`~bayes_rbfn.gp.linalg.Woodbury` of C for y, as :func:`sor_loo`'s.
+        kernel: the covariance function, as :func:`sor_loo`'s.
+        Z: (M, D) inducing inputs.
+        X: (N, D) inputs.
+        y: (N,) targets.
+        d: the diagonal part of C, a scalar or (N,).
+        mask: (N,) booleans, False at padded points, or ``None``.
+        C: data points per chunk (static).
+        mesh: the device mesh of the streamed pass, or ``None`` (static).
+        statistic: what each value is, as :func:`sor_loo`'s ``statistic`` (static).
+
+    Returns:
+        (loo, flag, w): the Woodbury pass's values (N,); the (N,) booleans, without a gradient, of the
+        points whose 1 − h_i is below :data:`LOO_LEVERAGE_FLOOR` or not a number, False everywhere where
+        the factorisation itself failed and at padded points; the point weights ω = 1/d (N,), 0 at padded
+        points.
+    """
+    R = factor.weight_cov_factor()
+    w, _ = woodbury_sums.point_weights(d, y, mask, R.dtype)
+
+    # Padded points have ω = 0 (their values, cut off or masked, are not finite).
+    shared = (kernel, Z, R, factor.weight_mean())
+    loo, one_minus_h = _woodbury_loo_pass(mesh, C, statistic)(shared, X, y, w)[1]
+    floor = LOO_LEVERAGE_FLOOR.get(jnp.dtype(R.dtype), LOO_LEVERAGE_FLOOR[jnp.dtype("float32")])
+    # Below the floor or not a number; not where the factorisation itself failed (all NaN, as before).
+    factorised = jnp.all(jnp.isfinite(factor.Luu)) & jnp.all(jnp.isfinite(factor.LB))
+    flag = ~(lax.stop_gradient(one_minus_h) >= floor) & lax.stop_gradient(factorised)
+    if mask is not None:
+        flag = flag & mask
+    return loo, flag, w
+
+
+def _leave_block_out_where_flagged(
+    loo: jax.Array,
+    flag: jax.Array,
+    factor: linalg.Woodbury,
+    kernel: Kernel,
+    Z: jax.Array,
+    X: jax.Array,
+    y: jax.Array,
+    w: jax.Array,
+    C: int,
+    mesh: Mesh | None,
+    exact: bool | str | None,
+    statistic: str,
+) -> jax.Array:
+    """``loo`` with the flagged points' values from the leave-block-out pass, as ``exact`` asks.
+
+    Eagerly the pass runs only when a point is flagged; under ``jit`` it is a ``lax.cond`` on
+    :func:`_any_over_batch` (``exact=True``), NaN at the flagged points (``"defer"``) or nothing.
+
+    Args:
+        loo: (N,) values of the Woodbury pass.
+        flag: (N,) booleans, without a gradient: the points to take from the leave-block-out pass.
+        factor: the :class:`~bayes_rbfn.gp.linalg.Woodbury` of C for y, as :func:`sor_loo`'s.
+        kernel: the covariance function, as :func:`sor_loo`'s.
+        Z: (M, D) inducing inputs.
+        X: (N, D) inputs.
+        y: (N,) targets.
+        w: (N,) point weights ω = 1/d, 0 at padded points.
+        C: data points per chunk (static).
+        mesh: the device mesh of the streamed pass, or ``None`` (static).
+        exact: :func:`sor_loo`'s ``exact``.
+        statistic: what each value is, as :func:`sor_loo`'s ``statistic`` (static).
+
+    Returns:
+        (N,) values: ``loo`` where ``flag`` is False, the leave-block-out pass's values (or NaN, or ``loo``,
+        as ``exact`` asks) where it is True.
+    """
+
+    def second_pass():
+        # Without a reverse pass (pivoted QR has none in JAX): the LOO values are evaluated, not optimised.
+        args = lax.stop_gradient((kernel, Z, woodbury_sums.whitening_matrix(factor.Luu), X, y, w))
+        return jnp.where(flag, _leave_block_out_loo(*args, flag, C, mesh, statistic), loo)
+
+    any_flagged = _any_over_batch(flag)
+    if isinstance(any_flagged, jax.core.Tracer):
+        if exact == "defer":
+            loo = jnp.where(flag, jnp.nan, loo)
+        elif exact:
+            loo = lax.cond(any_flagged, second_pass, lambda: loo)
+    elif exact is not False and bool(any_flagged):
+        loo = second_pass()
+    return loo
+
+
 def sor_loo(
     factor: linalg.Woodbury,
     kernel: Kernel,
@@ -348,15 +470,12 @@ def sor_loo(
     is interpolated (Z = X, σ = 1e-6 and 1e-8; the Woodbury values: 2e-3 and NaN) and within 3e-9 among
     ordinary points at σ = 1e-8 (Woodbury: 9e-4), the problem's own sensitivity to ε-changes of y there.
 
-    Cost: the leave-block-out pass is one tall-skinny QR per chunk, in chunks holding a flagged point two
-    (M+1+b)×(M+1) QRs per leaf of b ≈ M points (its prefix and suffix), and in leaves holding one a pivoted
-    (3M+2)×M QR and an (M+b)×b one: several times the Woodbury pass's cost with one point flagged and tens
-    of times with every chunk flagged, more with OpenBLAS's default threads than with one (the QRs are
-    small).
-    It is skipped wholly when no point is flagged. Under ``vmap`` (one evaluation per posterior draw) it runs
-    for the whole batch when any member has a flagged point and for none otherwise
-    (:func:`_any_over_batch`: never a select that runs it for every evaluation). The flagged values carry no
-    gradient (``stop_gradient``; LOO values are evaluated, not optimised).
+    Cost: the leave-block-out pass (its QRs: :func:`_leave_block_out_loo`) takes several times the Woodbury
+    pass's cost with one point flagged and tens of times with every chunk flagged; it is skipped wholly
+    when no point is flagged. Under ``vmap`` (one evaluation per posterior draw) it runs for the whole batch
+    when any member has a flagged point and for none otherwise (:func:`_any_over_batch`: never a select that
+    runs it for every evaluation). The flagged values carry no gradient (``stop_gradient``; LOO values are
+    evaluated, not optimised).
 
     Args:
         factor: the :class:`~bayes_rbfn.gp.linalg.Woodbury` of C for y
@@ -371,47 +490,19 @@ def sor_loo(
         chunk_size: data points per chunk, as :func:`~bayes_rbfn.gp.woodbury_sums.woodbury_stats`.
         mesh: the device mesh of the streamed pass, as :func:`~bayes_rbfn.gp.woodbury_sums.woodbury_stats`.
         exact: whether flagged points take the leave-block-out pass. ``None`` (default): yes when called
-            eagerly (the decision is then a concrete value, and the pass is compiled only when a point
-            needs it); under ``jit`` (a traced decision) only with ``exact=True``, as a ``lax.cond``
-            compiles both branches and the pass's compilation would come with every compiled LOO,
-            e.g. every fit's per-draw log-likelihood, whose interpolated points then keep their Woodbury
-            values. ``False``: never. ``"defer"``: as ``None``, but under ``jit`` a flagged point's value
-            is NaN ("not computed here"), so that a caller evaluating many draws compiles and runs the pass
-            only for the draws that need it (:func:`bayes_rbfn.infer.fitting.pointwise_loo`, with
-            ``exact=True`` for those).
+            eagerly (the decision is then a concrete value, and the pass is compiled only when a point needs
+            it); under ``jit`` (a traced decision) only with ``exact=True``, as a ``lax.cond`` compiles both
+            branches and the pass's compilation would come with every compiled LOO, e.g. every fit's per-draw
+            log-likelihood, whose interpolated points then keep their Woodbury values. ``False``: never.
+            ``"defer"``: as ``None``, but under ``jit`` a flagged point's value is NaN ("not computed here"),
+            so that a caller evaluating many draws compiles and runs the pass only for the draws that need it
+            (:func:`bayes_rbfn.infer.fitting.pointwise_loo`, with ``exact=True`` for those).
         statistic: ``"log_density"`` (default), ``"pit"``: each conditional's CDF at y_i, for LOO-PIT, or
             ``"residual"``: y_i − E[y_i | y_−i] (:func:`bayes_rbfn.gp.linalg.loo_from_precision`), from the
             same passes.
     """
-    if exact not in (None, True, False, "defer"):
-        raise ValueError(f"exact: expected None, True, False or 'defer', got {exact!r}")
-    if statistic not in linalg.LOO_STATISTICS:
-        raise ValueError(f"statistic: expected one of {linalg.LOO_STATISTICS}, got {statistic!r}")
+    _check_loo_options(exact, statistic)
     C = chunk_size or streaming.chunk_size_for(Z.shape[0], factor.Luu.dtype)
-    R = factor.weight_cov_factor()
-    w, _ = woodbury_sums.point_weights(d, y, mask, R.dtype)
-
-    # Padded points have ω = 0 (their values, cut off or masked, are not finite).
-    shared = (kernel, Z, R, factor.weight_mean())
-    loo, one_minus_h = _woodbury_loo_pass(mesh, C, statistic)(shared, X, y, w)[1]
-    floor = LOO_LEVERAGE_FLOOR.get(jnp.dtype(R.dtype), LOO_LEVERAGE_FLOOR[jnp.dtype("float32")])
-    # Below the floor or not a number; not where the factorisation itself failed (all NaN, as before).
-    factorised = jnp.all(jnp.isfinite(factor.Luu)) & jnp.all(jnp.isfinite(factor.LB))
-    flag = ~(lax.stop_gradient(one_minus_h) >= floor) & lax.stop_gradient(factorised)
-    if mask is not None:
-        flag = flag & mask
-
-    def second_pass():
-        # Without a reverse pass (pivoted QR has none in JAX): the LOO values are evaluated, not optimised.
-        args = lax.stop_gradient((kernel, Z, woodbury_sums.whitening_matrix(factor.Luu), X, y, w))
-        return jnp.where(flag, _leave_block_out_loo(*args, flag, C, mesh, statistic), loo)
-
-    any_flagged = _any_over_batch(flag)
-    if isinstance(any_flagged, jax.core.Tracer):
-        if exact == "defer":
-            loo = jnp.where(flag, jnp.nan, loo)
-        elif exact:
-            loo = lax.cond(any_flagged, second_pass, lambda: loo)
-    elif exact is not False and bool(any_flagged):
-        loo = second_pass()
+    loo, flag, w = _woodbury_loo_and_flag(factor, kernel, Z, X, y, d, mask, C, mesh, statistic)
+    loo = _leave_block_out_where_flagged(loo, flag, factor, kernel, Z, X, y, w, C, mesh, exact, statistic)
     return loo if mask is None else jnp.where(mask, loo, 0.0)
