@@ -468,6 +468,36 @@ def compare_models(
             the wrong shape, a kernel object instead of a family name, or an invalid fit option.
     """
     specs = _model_names(models)
+    _check_options(ic, fit_options)
+    X, y, X_test, y_test, X_pred = _check_data(X, y, X_test, y_test, X_pred)
+    idatas = _fit_models(specs, X, y, X_pred, Z, num_inducing, seed, progress, sampler, on_fit, fit_options)
+    tests = _elpd_tests(idatas, X_test, y_test, X_pred)
+    lost = _variance_lost(idatas, X_test, X_pred, collapse_threshold)
+    table = _table(idatas, ic, seed if sampler is None else sampler.seed, tests, lost, collapse_threshold)
+    return Comparison(
+        idatas=idatas,
+        table=table,
+        elpd_test=tests,
+        variance_lost=lost,
+        X=X,
+        y=y,
+        X_test=X_test,
+        y_test=y_test,
+        X_pred=X_pred,
+        ic=ic,
+    )
+
+
+def _check_options(ic: str, fit_options: dict[str, Any]) -> None:
+    """Refuse an unknown information criterion and the fit options :func:`compare_models` cannot honour.
+
+    Args:
+        ic: ``"loo"`` or ``"waic"``.
+        fit_options: the options passed to every fit.
+
+    Raises:
+        ValueError: an unknown or unavailable ``ic``, a grouping option, or a kernel object.
+    """
     if ic not in ("loo", "waic"):
         raise ValueError(f"ic: expected 'loo' or 'waic', got {ic!r}")
     if ic == "waic" and not arviz_compat.WAIC_AVAILABLE:
@@ -479,6 +509,23 @@ def compare_models(
             "kernel: compare_models needs a kernel family name (e.g. 'se'): the held-out predictions and "
             "bands are recomputed from the stored draws, which a fixed kernel object cannot be rebuilt from"
         )
+
+
+def _check_data(
+    X: Any, y: Any, X_test: Any, y_test: Any, X_pred: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray]:
+    """The checked training data, test split and prediction inputs of :func:`compare_models`.
+
+    Args:
+        X: (N, D) or (N,) training inputs.
+        y: (N,) targets.
+        X_test: held-out inputs or None.
+        y_test: held-out targets or None (given with ``X_test`` or not at all).
+        X_pred: inputs of the stored predictions, or None for ``X_test`` when given, else X.
+
+    Returns:
+        (X, y, X_test, y_test, X_pred) as arrays (the test split None when not given).
+    """
     X = np.asarray(check_X(X, "X"))
     y = np.asarray(check_y(y, X.shape[0]))
     if (X_test is None) != (y_test is None):
@@ -489,7 +536,40 @@ def compare_models(
     if X_pred is None:
         X_pred = X if X_test is None else X_test
     X_pred = np.asarray(check_X(X_pred, "X_pred", dim=X.shape[1]))
+    return X, y, X_test, y_test, X_pred
 
+
+def _fit_models(
+    specs: list[ModelSpec],
+    X: np.ndarray,
+    y: np.ndarray,
+    X_pred: np.ndarray,
+    Z: Any,
+    num_inducing: int | None,
+    seed: int,
+    progress: bool,
+    sampler: SamplerSettings | None,
+    on_fit: Callable[[str, int, int], None] | None,
+    fit_options: dict[str, Any],
+) -> dict[str, Any]:
+    """Fit every model with :func:`bayes_rbfn.fit`, the sparse ones on one shared Z.
+
+    Args:
+        specs: the models, in order.
+        X: (N, D) training inputs.
+        y: (N,) targets.
+        X_pred: (S, D) inputs of the stored predictions.
+        Z: (M, D) shared inducing inputs, or None for those the first sparse fit chooses.
+        num_inducing: M when Z is not given.
+        seed: PRNG seed of every fit (without ``sampler``).
+        progress: show progress bars (without ``sampler``).
+        sampler: the NUTS settings of every fit, or None.
+        on_fit: called as ``on_fit(name, index, total)`` before each fit, or None.
+        fit_options: passed to every fit.
+
+    Returns:
+        Model name → its fit, in the order of ``specs``.
+    """
     idatas: dict[str, Any] = {}
     for k, spec in enumerate(specs):
         if on_fit is not None:
@@ -506,32 +586,53 @@ def compare_models(
         )
         if spec.uses_inducing and Z is None and "Z" in idatas[spec.name].constant_data:
             Z = np.asarray(idatas[spec.name].constant_data["Z"].values)
+    return idatas
 
+
+def _elpd_tests(
+    idatas: dict[str, Any], X_test: np.ndarray | None, y_test: np.ndarray | None, X_pred: np.ndarray
+) -> dict[str, ElpdTest]:
+    """The held-out density of every fit (:func:`_elpd_test_of_fit`); empty without a test split.
+
+    Args:
+        idatas: model name → its fit.
+        X_test: (S, D) held-out inputs or None.
+        y_test: (S,) held-out targets or None.
+        X_pred: (S, D) inputs of the stored predictions.
+
+    Returns:
+        Model name → :class:`ElpdTest`.
+    """
     tests: dict[str, ElpdTest] = {}
     if X_test is not None:
         for name, idata in idatas.items():
             tests[name] = _elpd_test_of_fit(idata, X_test, y_test, X_pred)
+    return tests
 
+
+def _variance_lost(
+    idatas: dict[str, Any], X_test: np.ndarray | None, X_pred: np.ndarray, threshold: float
+) -> dict[str, np.ndarray]:
+    """The posterior-mean lost prior variance at X_pred of every model whose predictive can collapse.
+
+    :func:`variance_collapse` checks (and warns about) X_pred and the test inputs not among them.
+
+    Args:
+        idatas: model name → its fit.
+        X_test: (S, D) held-out inputs or None.
+        X_pred: (S, D) inputs of the stored predictions.
+        threshold: share of lost prior variance above which a point counts as collapsed.
+
+    Returns:
+        Model name → (S,) 1 − Q_**/K_** at X_pred, for the models in ``VARIANCE_COLLAPSE_MODELS``.
+    """
     lost: dict[str, np.ndarray] = {}
     for name, idata in idatas.items():
         if get_model(name).variance_collapses:
             in_pred = X_test is None or _rows_in(X_test, X_pred) is not None
             points = X_pred if in_pred else np.concatenate([X_pred, X_test])
-            lost[name] = variance_collapse(idata, points, threshold=collapse_threshold)[: X_pred.shape[0]]
-
-    table = _table(idatas, ic, seed if sampler is None else sampler.seed, tests, lost, collapse_threshold)
-    return Comparison(
-        idatas=idatas,
-        table=table,
-        elpd_test=tests,
-        variance_lost=lost,
-        X=X,
-        y=y,
-        X_test=X_test,
-        y_test=y_test,
-        X_pred=X_pred,
-        ic=ic,
-    )
+            lost[name] = variance_collapse(idata, points, threshold=threshold)[: X_pred.shape[0]]
+    return lost
 
 
 def _rows_in(X_test: np.ndarray, X_pred: np.ndarray) -> np.ndarray | None:

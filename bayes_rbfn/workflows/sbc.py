@@ -490,23 +490,96 @@ def run_sbc(
     References:
         Talts et al. (2018), Algorithm 1; Modrák et al. (2023) (see the module docstring).
     """
-    ints, num_ranks, bins = _check_settings(
-        seed,
-        noise_scale,
-        target_accept,
-        bins,
-        reps=reps,
-        n=n,
-        num_inducing=num_inducing,
-        draws=draws,
-        warmup=warmup,
-        thin=thin,
-        num_groups=num_groups,
-        max_tree_depth=max_tree_depth,
+    counts = _counts(reps, n, num_inducing, draws, warmup, thin, num_groups, max_tree_depth)
+    ints, num_ranks, bins = _check_settings(seed, noise_scale, target_accept, bins, **counts)
+    method = _chain_method(chain_method)
+    model_fn, observed, sites = _model_sites(
+        model, likelihood, ints, model_args, model_kwargs, observed, noise_scale
     )
+    ranks, div, seconds = _replicate(
+        model_fn, observed, sites, ints, seed, noise_scale, target_accept, method, model, likelihood
+    )
+    settings = _settings(model, model_fn, likelihood, ints, seed, noise_scale, target_accept, method)
+    return _result(ranks, div, _names(sites), num_ranks, bins, seconds, settings, likelihood, noise_scale)
+
+
+def _counts(
+    reps: Any,
+    n: Any,
+    num_inducing: Any,
+    draws: Any,
+    warmup: Any,
+    thin: Any,
+    num_groups: Any,
+    max_tree_depth: Any,
+) -> dict[str, Any]:
+    """The count arguments of :func:`run_sbc` by name, in the order :func:`_check_settings` checks them.
+
+    Args:
+        reps: number of simulated data sets R.
+        n: data points per set.
+        num_inducing: M inducing inputs.
+        draws: NUTS iterations after adaptation.
+        warmup: NUTS iterations for adaptation.
+        thin: keep every thin-th draw.
+        num_groups: G for ``grouped``.
+        max_tree_depth: NUTS's maximum tree depth.
+
+    Returns:
+        {name: value}, unchecked.
+    """
+    return {
+        "reps": reps,
+        "n": n,
+        "num_inducing": num_inducing,
+        "draws": draws,
+        "warmup": warmup,
+        "thin": thin,
+        "num_groups": num_groups,
+        "max_tree_depth": max_tree_depth,
+    }
+
+
+def _chain_method(chain_method: str | None) -> str:
+    """The checked ``chain_method`` of :func:`run_sbc`, the device's default for None.
+
+    Args:
+        chain_method: ``"sequential"``, ``"vectorized"`` or None.
+
+    Returns:
+        ``"sequential"`` or ``"vectorized"``.
+    """
     if chain_method not in (None, "sequential", "vectorized"):
         raise ValueError(f"chain_method: expected 'sequential', 'vectorized' or None, got {chain_method!r}")
-    method = chain_method or one_device_method()
+    return chain_method or one_device_method()
+
+
+def _model_sites(
+    model: str | Callable,
+    likelihood: str,
+    ints: Mapping[str, int],
+    model_args: tuple,
+    model_kwargs: Mapping[str, Any] | None,
+    observed: str,
+    noise_scale: Any,
+) -> tuple[Callable, str, dict[str, tuple[int, ...]]]:
+    """The model function SBC simulates and fits, its observed site and its latent sites.
+
+    Args:
+        model: a shipped model's name or a NumPyro model function.
+        likelihood: the likelihood of a shipped model.
+        ints: the checked counts (:func:`_check_settings`).
+        model_args: a user's model's positional arguments.
+        model_kwargs: a user's model's keyword arguments.
+        observed: a user's model's observed site.
+        noise_scale: k ≥ 1, the simulated/fitted noise ratio.
+
+    Returns:
+        (model_fn(y), the observed site's name, {name: shape} of the latent sample sites).
+
+    Raises:
+        ValueError: ``noise_scale`` ≠ 1 without a Gaussian likelihood and a ``noise`` site.
+    """
     model_fn, observed = _resolve(
         model,
         likelihood,
@@ -518,17 +591,45 @@ def run_sbc(
         observed,
     )
     sites, every_site = _latent_sites(model_fn, observed)
-    names = _names(sites)
     if noise_scale != 1 and (likelihood != "gaussian" or "noise" not in every_site):
         raise ValueError("noise_scale: needs a Gaussian likelihood with a 'noise' site (σ) to scale")
+    return model_fn, observed, sites
 
+
+def _replicate(
+    model_fn: Callable,
+    observed: str,
+    sites: Mapping[str, tuple[int, ...]],
+    ints: Mapping[str, int],
+    seed: int,
+    noise_scale: float,
+    target_accept: float,
+    method: str,
+    model: str | Callable,
+    likelihood: str,
+) -> tuple[np.ndarray, jax.Array, float]:
+    """Simulate the R data sets from the prior predictive and fit each one: the ranks, timed.
+
+    Args:
+        model_fn: model_fn(y), from :func:`_model_sites`.
+        observed: the observed site's name.
+        sites: {name: shape} of the latent sample sites.
+        ints: the checked counts (:func:`_check_settings`).
+        seed: PRNG seed of the run.
+        noise_scale: k ≥ 1, the simulated/fitted noise ratio.
+        target_accept: NUTS's target acceptance probability.
+        method: ``"sequential"`` or ``"vectorized"`` (:func:`_chain_method`).
+        model: as given to :func:`run_sbc`.
+        likelihood: the likelihood of a shipped model.
+
+    Returns:
+        (ranks (R, Q) as int64, divergences (R,), wall time in seconds of simulation and fits).
+    """
     start = time.perf_counter()
     k_prior, k_noise, k_fit = jax.random.split(jax.random.PRNGKey(int(seed)), 3)
-    prior = Predictive(model_fn, num_samples=ints["reps"])(k_prior, None)
-    y_sim = prior[observed]
-    if noise_scale != 1:
-        y_sim = _add_noise(k_noise, y_sim, prior, float(noise_scale), model, likelihood)
-    truth = {name: prior[name] for name in sites}
+    truth, y_sim = _simulate(
+        k_prior, k_noise, model_fn, observed, sites, ints["reps"], noise_scale, model, likelihood
+    )
     flat_sites = tuple(itertools.chain.from_iterable((name, shape) for name, shape in sites.items()))
     ranks, div = _run(
         jax.random.split(k_fit, ints["reps"]),
@@ -545,10 +646,68 @@ def run_sbc(
         method == "vectorized",
     )
     ranks = np.asarray(jax.block_until_ready(ranks)).astype(np.int64)
-    seconds = time.perf_counter() - start
-    chi2, pvalues = {}, {}
-    for j, name in enumerate(names):
-        chi2[name], pvalues[name] = chi2_uniformity(ranks[:, j], num_ranks, int(bins))
+    return ranks, div, time.perf_counter() - start
+
+
+def _simulate(
+    k_prior: jax.Array,
+    k_noise: jax.Array,
+    model_fn: Callable,
+    observed: str,
+    sites: Mapping[str, tuple[int, ...]],
+    reps: int,
+    noise_scale: float,
+    model: str | Callable,
+    likelihood: str,
+) -> tuple[dict[str, jax.Array], jax.Array]:
+    """The R replicate data sets and their true latent values, drawn from the prior predictive.
+
+    Args:
+        k_prior: key of the prior predictive draws.
+        k_noise: key of the extra noise when ``noise_scale`` > 1 (:func:`_add_noise`).
+        model_fn: model_fn(y), from :func:`_model_sites`.
+        observed: the observed site's name.
+        sites: {name: shape} of the latent sample sites.
+        reps: number of data sets R.
+        noise_scale: k ≥ 1, the simulated/fitted noise ratio.
+        model: as given to :func:`run_sbc`.
+        likelihood: the likelihood of a shipped model.
+
+    Returns:
+        ({latent site: (R, ...) true values}, (R, ...) simulated data of the observed site).
+    """
+    prior = Predictive(model_fn, num_samples=reps)(k_prior, None)
+    y_sim = prior[observed]
+    if noise_scale != 1:
+        y_sim = _add_noise(k_noise, y_sim, prior, float(noise_scale), model, likelihood)
+    return {name: prior[name] for name in sites}, y_sim
+
+
+def _settings(
+    model: str | Callable,
+    model_fn: Callable,
+    likelihood: str,
+    ints: Mapping[str, int],
+    seed: int,
+    noise_scale: float,
+    target_accept: float,
+    method: str,
+) -> dict[str, Any]:
+    """The record of a run's settings, :attr:`SBCResult.settings` (JSON-serialisable).
+
+    Args:
+        model: as given to :func:`run_sbc`.
+        model_fn: from :func:`_model_sites` (its name labels a user's model).
+        likelihood: the likelihood of a shipped model.
+        ints: the checked counts (:func:`_check_settings`).
+        seed: PRNG seed of the run.
+        noise_scale: k ≥ 1, the simulated/fitted noise ratio.
+        target_accept: NUTS's target acceptance probability.
+        method: ``"sequential"`` or ``"vectorized"`` (:func:`_chain_method`).
+
+    Returns:
+        The settings by name; ``num_groups`` only for ``grouped``.
+    """
     label = model if isinstance(model, str) else model_fn.__name__
     settings = {
         "model": label,
@@ -567,6 +726,40 @@ def run_sbc(
     }
     if model != "grouped":
         settings.pop("num_groups")
+    return settings
+
+
+def _result(
+    ranks: np.ndarray,
+    div: jax.Array,
+    names: tuple[str, ...],
+    num_ranks: int,
+    bins: int,
+    seconds: float,
+    settings: dict[str, Any],
+    likelihood: str,
+    noise_scale: float,
+) -> SBCResult:
+    """The :class:`SBCResult` of the ranks: the χ² test of each quantity and the record.
+
+    Args:
+        ranks: (R, Q) ranks, one column per name.
+        div: (R,) divergences.
+        names: the Q quantity names (:func:`_names`).
+        num_ranks: L + 1.
+        bins: number of χ² bins.
+        seconds: wall time of the fits.
+        settings: from :func:`_settings`.
+        likelihood: the likelihood of a shipped model.
+        noise_scale: k ≥ 1, the simulated/fitted noise ratio.
+
+    Returns:
+        :class:`SBCResult`.
+    """
+    chi2, pvalues = {}, {}
+    for j, name in enumerate(names):
+        chi2[name], pvalues[name] = chi2_uniformity(ranks[:, j], num_ranks, int(bins))
+    label = settings["model"]
     return SBCResult(
         ranks=ranks,
         params=names,
