@@ -40,7 +40,7 @@ from bayes_rbfn.cli.common import (
     duration,
     quiet_libraries,
 )
-from bayes_rbfn.cli.options import DEFAULT_TARGET_ACCEPT
+from bayes_rbfn.cli.options import sampler_settings
 
 __all__ = [
     "DEFAULT_JOIN_TIMEOUT",
@@ -249,16 +249,13 @@ def run(args: argparse.Namespace, console: Console, checks: SingleProcessChecks)
                 X_pred=X_pred,
                 Z=Z,
                 kernel=args.kernel or planning.DEFAULT_KERNEL,
-                chains=args.chains,
-                warmup=args.warmup,
-                draws=args.draws,
-                seed=args.seed,
-                target_accept=args.target_accept or DEFAULT_TARGET_ACCEPT,
-                dense_mass=args.dense_mass,
-                max_tree_depth=args.max_tree_depth or planning.DEFAULT_MAX_TREE_DEPTH,
-                progress=rank == 0 and not args.quiet,
-                checkpoint=checkpoint,
-                checkpoint_every=args.checkpoint_every,
+                sampler=sampler_settings(
+                    args,
+                    max_tree_depth=planning.DEFAULT_MAX_TREE_DEPTH,
+                    progress=rank == 0 and not args.quiet,
+                    checkpoint=checkpoint,
+                    checkpoint_every=args.checkpoint_every,
+                ),
                 check_diagnostics=False,
             )
         except ProcessLostError as err:

@@ -773,6 +773,12 @@ def _rows(problem: GenerativeModel) -> tuple[Any, Any]:
     return problem.X, problem.y
 
 
+def _shape(problem: GenerativeModel) -> tuple[int, int]:
+    """(N, D) of the fit's X, every process's rows counted, without gathering them."""
+    X = problem.data["X"] if spread_over_processes(problem.config.mesh) else problem.X
+    return X.shape[0], X.shape[1]
+
+
 def _check_before_sampling(
     problem: GenerativeModel,
     settings: SamplerSettings,
@@ -785,17 +791,17 @@ def _check_before_sampling(
     Returns:
         The settings, with chains one after the other where each chain uses every device (a mesh).
     """
-    X, Z, X_pred = _rows(problem)[0], problem.Z, problem.X_pred
-    _check_coords(coords, {"obs": X.shape[0], "input_dim": X.shape[1], "point": X_pred.shape[0]})
-    params = estimated_params(Z, X.shape[1])
+    (N, D), Z, X_pred = _shape(problem), problem.Z, problem.X_pred
+    _check_coords(coords, {"obs": N, "input_dim": D, "point": X_pred.shape[0]})
+    params = estimated_params(Z, D)
     need = result_bytes(
         chains=settings.chains,
         draws=settings.draws,
         params=params,
-        N=X.shape[0],
+        N=N,
         S=X_pred.shape[0],
         replicates_per_chain=posterior_predictive,
-    ) + 8 * prior_draws * (X.shape[0] + params)
+    ) + 8 * prior_draws * (N + params)
     check_result_size(need, available_memory())
     if problem.config.mesh is not None and settings.chain_method is None:
         return dataclasses.replace(settings, chain_method="sequential")
@@ -818,7 +824,7 @@ def sample_posterior(problem: GenerativeModel, settings: SamplerSettings) -> tup
     Raises:
         DegenerateModelError: no parameter values have a finite log density.
     """
-    N = _rows(problem)[0].shape[0]
+    N = _shape(problem)[0]
     subset = N >= 2 * MAP_SEARCH_POINTS and resolve_init(settings.init, N) == "map"
     search_args = problem.subset_args(MAP_SEARCH_POINTS, settings.seed) if subset else None
     try:
